@@ -17,3 +17,9 @@ app = typer.Typer(
 
 def main() -> None:
     app()
+
+
+# Verb registration: one line per module keeps the command list readable in one place.
+from neoembed.cli import bench  # noqa: E402
+
+app.add_typer(bench.app, name="bench")
