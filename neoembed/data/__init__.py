@@ -1,0 +1,1 @@
+"""Contrastive data: manifests, source readers, normalisation, dedup, hard-negative mining, dataset build."""
