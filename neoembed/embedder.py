@@ -57,3 +57,29 @@ def load_embedder(
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     return model
+
+
+def model_fingerprint(model) -> str:
+    """A stable hex digest of a model's architecture and weights: equal models give equal strings.
+
+    Hashes each module's class and saved config (pooling mode, normalisation, ...) and every tensor of
+    the state dict (name, dtype, shape, bytes), so a different model, fine-tune or pooling is detected
+    while the same weights loaded from another path or process give the same fingerprint.
+    """
+    import hashlib
+    import json
+
+    import torch
+
+    digest = hashlib.blake2b(digest_size=16)
+    # A SentenceTransformer is a Sequential of modules (Transformer, Pooling, Normalize, ...).
+    modules = list(model) if isinstance(model, torch.nn.Sequential) else [model]
+    for module in modules:
+        config = module.get_config_dict() if hasattr(module, "get_config_dict") else {}
+        digest.update(type(module).__name__.encode())
+        digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
