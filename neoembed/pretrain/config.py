@@ -1,0 +1,100 @@
+"""`NeoBERTConfig`: the released NeoBERT config.json fields plus neoembed's runtime options."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+from transformers.modeling_rope_utils import RopeParameters
+
+AttentionBackend = Literal["auto", "sdpa", "eager", "unpadded"]
+ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "unpadded")
+
+# RoPE scalings whose inverse frequencies transformers computes for us (ROPE_INIT_FUNCTIONS).
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn")
+
+
+def swiglu_hidden_size(intermediate_size: int, multiple_of: int = 8) -> int:
+    """Effective SwiGLU width: 2/3 of `intermediate_size`, rounded up to a multiple of 8 (3072 -> 2048)."""
+    return multiple_of * ((int(2 * intermediate_size / 3) + multiple_of - 1) // multiple_of)
+
+
+@strict
+class NeoBERTConfig(PreTrainedConfig):
+    r"""Configuration of a NeoBERT encoder.
+
+    The first block of fields are the released checkpoint's config.json fields, with its defaults (the 250M
+    model), so a released checkpoint directory loads unchanged. The second block are neoembed options:
+
+    - `rope_parameters`: transformers' RoPE dict. `{"rope_type": "default", "rope_theta": 10000.0}` is the
+      released model. For inputs longer than the trained length use YaRN, e.g.
+      `{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}`
+      (also accepted: `linear` and `dynamic`).
+    - `attn_backend`: `auto` (unpadded when a batch has padding, else padded SDPA), `sdpa` (padded, masked),
+      `unpadded` (linear layers on real tokens only, attention per sequence via `cu_seqlens`), or `eager`
+      (explicit softmax; used automatically when attention weights are requested).
+    - `classifier_dropout`: dropout of the sequence-classification head.
+    """
+
+    model_type = "neobert"
+    # The release calls the context length `max_length`; sentence-transformers and others read the HF name.
+    attribute_map = {"max_position_embeddings": "max_length", "rms_norm_eps": "norm_eps"}
+
+    hidden_size: int = 768
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 12
+    dim_head: int | None = None
+    intermediate_size: int = 3072
+    vocab_size: int = 30522
+    pad_token_id: int | None = 0
+    max_length: int = 4096
+    norm_eps: float = 1e-5
+    embedding_init_range: float = 0.02
+    decoder_init_range: float = 0.02
+    classifier_init_range: float = 0.02
+
+    rope_parameters: RopeParameters | dict | None = None
+    attn_backend: str = "auto"
+    classifier_dropout: float = 0.0
+
+    def __post_init__(self, **kwargs):
+        if self.dim_head is None:
+            self.dim_head = self.hidden_size // self.num_attention_heads
+        if self.rope_parameters is None:
+            self.rope_parameters = {"rope_type": "default", "rope_theta": kwargs.pop("rope_theta", 10000.0)}
+        super().__post_init__(**kwargs)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim_head
+
+    @property
+    def ffn_hidden_size(self) -> int:
+        return swiglu_hidden_size(self.intermediate_size)
+
+    def validate_architecture(self):
+        """Called by `@strict` validation: reject configs the model cannot be built from, naming the field."""
+        if self.dim_head * self.num_attention_heads != self.hidden_size:
+            raise ValueError(
+                f"dim_head ({self.dim_head}) x num_attention_heads ({self.num_attention_heads}) must equal "
+                f"hidden_size ({self.hidden_size})"
+            )
+        if self.dim_head % 2:
+            raise ValueError(f"dim_head must be even for rotary embeddings, got {self.dim_head}")
+        if self.attn_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attn_backend must be one of {ATTENTION_BACKENDS}, got {self.attn_backend!r}")
+        rope_type = (self.rope_parameters or {}).get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ValueError(
+                f"rope_parameters.rope_type must be one of {SUPPORTED_ROPE_TYPES}, got {rope_type!r}"
+            )
+
+
+def tiny_config(**overrides) -> NeoBERTConfig:
+    """A NeoBERT small enough for tests and CPU demos (2 layers x 64 hidden), same vocabulary."""
+    fields = dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=192, max_length=512
+    )
+    fields.update(overrides)
+    return NeoBERTConfig(**fields)

@@ -1,0 +1,307 @@
+"""NeoBERT: a pre-norm encoder with RoPE, SwiGLU and RMSNorm, as transformers `PreTrainedModel`s.
+
+Module and parameter names match the released checkpoint (FACTS.md section 1), so its model.safetensors loads
+with no missing or unexpected keys. The forward accepts two layouts:
+
+- padded: `input_ids` (batch, length) with an optional `attention_mask`;
+- packed/unpadded: `input_ids` (tokens,) or (1, tokens) with `cu_seqlens` marking sequence boundaries.
+
+A padded batch is run unpadded (linear layers on real tokens only) when the config's `attn_backend` says so,
+or by default whenever it contains padding; the outputs are the same as the padded path's at real tokens.
+Padding positions of `last_hidden_state` are zero on the unpadded path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
+
+from neoembed.pretrain.attention import PaddedBatch, VarlenBatch
+from neoembed.pretrain.config import NeoBERTConfig
+from neoembed.pretrain.rope import RotaryEmbedding, apply_rotary
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in fp32 whatever the input dtype, cast back at the end."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+
+
+class SwiGLU(nn.Module):
+    """w3(silu(gate) * value), with gate and value the two halves of one fused `w12` projection."""
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int):
+        super().__init__()
+        self.w12 = nn.Linear(hidden_size, 2 * ffn_hidden_size, bias=False)
+        self.w3 = nn.Linear(ffn_hidden_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = self.w12(x).chunk(2, dim=-1)
+        return self.w3(F.silu(gate) * value)
+
+
+class EncoderBlock(GradientCheckpointingLayer):
+    """Pre-norm block: x + wo(attention(norm(x))), then x + ffn(norm(x)). Works on either batch layout."""
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.attention_norm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=False)
+        self.wo = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.ffn_norm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.ffn = SwiGLU(config.hidden_size, config.ffn_hidden_size)
+
+    def forward(self, x, cos, sin, batch: PaddedBatch | VarlenBatch):
+        # The fused projection is laid out per head: [q_h | k_h | v_h] for each head h in turn.
+        qkv = self.qkv(self.attention_norm(x)).unflatten(-1, (self.num_heads, 3 * self.head_dim))
+        q, k, v = qkv.chunk(3, dim=-1)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        attended, weights = batch.attend(q, k, v)
+        x = x + self.wo(attended.flatten(-2))
+        x = x + self.ffn(self.ffn_norm(x))
+        return x, weights
+
+
+class NeoBERTPreTrainedModel(PreTrainedModel):
+    config_class = NeoBERTConfig
+    config: NeoBERTConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["EncoderBlock"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        # The release's from-scratch init: uniform(-r, r) for linear and embedding weights, norms at one.
+        if isinstance(module, nn.Linear):
+            init.uniform_(module.weight, -self.config.decoder_init_range, self.config.decoder_init_range)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.uniform_(module.weight, -self.config.embedding_init_range, self.config.embedding_init_range)
+        elif isinstance(module, RMSNorm):
+            init.ones_(module.weight)
+
+
+class NeoBERTModel(NeoBERTPreTrainedModel):
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config)
+        self.encoder = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.rotary = RotaryEmbedding(config)
+        self.transformer_encoder = nn.ModuleList(
+            EncoderBlock(config) for _ in range(config.num_hidden_layers)
+        )
+        self.layer_norm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.encoder = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+        token_type_ids: torch.Tensor | None = None,  # accepted for BERT-style callers; NeoBERT has none
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput | tuple:
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        x = self.encoder(input_ids) if inputs_embeds is None else inputs_embeds
+
+        if cu_seqlens is not None:
+            hidden, all_hidden, all_attn = self._forward_packed(
+                x, cu_seqlens, max_seqlen, position_ids, output_attentions, output_hidden_states
+            )
+        else:
+            hidden, all_hidden, all_attn = self._forward_batch(
+                x, attention_mask, position_ids, output_attentions, output_hidden_states
+            )
+        if not return_dict:
+            return tuple(v for v in (hidden, all_hidden, all_attn) if v is not None)
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
+
+    def _forward_packed(
+        self, x, cu_seqlens, max_seqlen, position_ids, output_attentions, output_hidden_states
+    ):
+        """Sequences concatenated along one token dimension, `(tokens, hidden)` or `(1, tokens, hidden)`."""
+        if output_attentions:
+            raise ValueError("output_attentions needs a padded batch; it is not available with cu_seqlens")
+        squeeze = x.dim() == 3
+        if squeeze and x.shape[0] != 1:
+            raise ValueError(f"packed input must have batch size 1, got shape {tuple(x.shape[:-1])}")
+        x = x.reshape(-1, x.shape[-1])
+        cu_seqlens = cu_seqlens.to(device=x.device, dtype=torch.int32)
+        if position_ids is None:
+            position_ids = positions_from_cu_seqlens(cu_seqlens)
+        if max_seqlen is None:
+            max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        hidden, all_hidden, _ = self._run_layers(
+            x, position_ids.reshape(-1), VarlenBatch(cu_seqlens, max_seqlen), output_hidden_states
+        )
+        if squeeze:
+            hidden = hidden.unsqueeze(0)
+            all_hidden = None if all_hidden is None else tuple(h.unsqueeze(0) for h in all_hidden)
+        return hidden, all_hidden, None
+
+    def _forward_batch(self, x, attention_mask, position_ids, output_attentions, output_hidden_states):
+        """A padded (batch, length, hidden) input, run padded or unpadded per `attn_backend`."""
+        batch_size, length = x.shape[:2]
+        mask = None if attention_mask is None else attention_mask.to(device=x.device, dtype=torch.bool)
+        if position_ids is None:
+            # Positions count real tokens only, so a sequence gets the same positions however it is padded.
+            if mask is None:
+                position_ids = torch.arange(length, device=x.device).expand(batch_size, length)
+            else:
+                position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+        backend = self._resolve_backend(mask, output_attentions)
+        if backend != "unpadded":
+            batch = PaddedBatch(key_mask=mask, eager=backend == "eager")
+            return self._run_layers(x, position_ids, batch, output_hidden_states, output_attentions)
+
+        if mask is None:
+            mask = torch.ones(batch_size, length, dtype=torch.bool, device=x.device)
+        token_index = mask.flatten().nonzero().squeeze(1)
+        seqlens = mask.sum(dim=1, dtype=torch.int32)
+        cu_seqlens = F.pad(seqlens.cumsum(0, dtype=torch.int32), (1, 0))
+        batch = VarlenBatch(cu_seqlens, int(seqlens.max()))
+        hidden, all_hidden, _ = self._run_layers(
+            x.flatten(0, 1)[token_index], position_ids.flatten()[token_index], batch, output_hidden_states
+        )
+
+        def repad(states: torch.Tensor) -> torch.Tensor:
+            padded = states.new_zeros(batch_size * length, states.shape[-1])
+            return padded.index_copy(0, token_index, states).view(batch_size, length, -1)
+
+        all_hidden = None if all_hidden is None else tuple(repad(h) for h in all_hidden)
+        return repad(hidden), all_hidden, None
+
+    def _resolve_backend(self, mask: torch.Tensor | None, output_attentions: bool) -> str:
+        if output_attentions:
+            return "eager"
+        backend = self.config.attn_backend
+        if backend == "auto":
+            # Data-dependent: pin attn_backend to "sdpa" for torch.compile with full graphs.
+            return "unpadded" if mask is not None and not bool(mask.all()) else "sdpa"
+        return backend
+
+    def _run_layers(self, x, position_ids, batch, output_hidden_states, output_attentions=False):
+        """The layer stack on either layout. Hidden states follow the HF convention: the embedding output
+        first, then each layer's output, the last one after the final norm (== last_hidden_state)."""
+        cos, sin = self.rotary(position_ids)
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
+        all_hidden = [x] if output_hidden_states else None
+        all_attn = [] if output_attentions else None
+        for i, layer in enumerate(self.transformer_encoder):
+            x, weights = layer(x, cos, sin, batch)
+            if output_attentions:
+                all_attn.append(weights)
+            if output_hidden_states and i < len(self.transformer_encoder) - 1:
+                all_hidden.append(x)
+        x = self.layer_norm(x)
+        if output_hidden_states:
+            all_hidden.append(x)
+        return x, _as_tuple(all_hidden), _as_tuple(all_attn)
+
+
+def _as_tuple(states: list | None) -> tuple | None:
+    return None if states is None else tuple(states)
+
+
+def positions_from_cu_seqlens(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Position ids restarting at 0 at each sequence start: [0, 3, 5] -> [0, 1, 2, 0, 1]."""
+    seqlens = cu_seqlens[1:] - cu_seqlens[:-1]
+    starts = torch.repeat_interleave(cu_seqlens[:-1], seqlens)
+    return torch.arange(int(cu_seqlens[-1]), device=cu_seqlens.device) - starts
+
+
+class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
+    """NeoBERT with its MLM decoder: Linear(hidden -> vocab) with bias on the final-normed states, untied."""
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config)
+        self.model = NeoBERTModel(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.decoder
+
+    def set_output_embeddings(self, value: nn.Linear):
+        self.decoder = value
+
+    def forward(self, input_ids=None, labels: torch.Tensor | None = None, return_dict=None, **kwargs):
+        """`labels` as in HF MLM: the original token at masked positions, -100 elsewhere; the loss is the
+        mean cross-entropy over masked tokens."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(input_ids, return_dict=True, **kwargs)
+        logits = self.decoder(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().flatten(0, -2), labels.flatten(), ignore_index=-100)
+        result = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return result if return_dict else result.to_tuple()
+
+
+class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
+    """The release's head on the [CLS] state: dropout, dense, tanh, dropout, classifier."""
+
+    def __init__(self, config: NeoBERTConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = NeoBERTModel(config)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        super()._init_weights(module)
+        if module is self.dense or module is self.classifier:
+            r = self.config.classifier_init_range
+            init.uniform_(module.weight, -r, r)
+
+    def forward(self, input_ids=None, labels: torch.Tensor | None = None, return_dict=None, **kwargs):
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(input_ids, return_dict=True, **kwargs)
+        cls = outputs.last_hidden_state[..., 0, :]
+        pooled = torch.tanh(self.dense(self.dropout(cls)))
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        result = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return result if return_dict else result.to_tuple()
