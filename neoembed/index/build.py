@@ -1,0 +1,270 @@
+"""Build an index directory from a corpus, and add documents to one.
+
+build: read the corpus -> store documents -> embed (resumable) -> choose the factory -> train on a sample
+-> add -> tune the search parameter on held-out corpus queries -> write index and manifest.
+The manifest is written last and names the index file, so it is the commit point: a crash at any step
+leaves either no manifest (the build can be rerun and resumes embedding) or the previous consistent state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from neoembed.index import encode
+from neoembed.index._faiss import faiss, set_threads
+from neoembed.index.corpus import Corpus, Document, read_corpus
+from neoembed.index.errors import IndexingError, IndexMismatchError
+from neoembed.index.factory import choose_factory, faiss_metric
+from neoembed.index.manifest import METRICS, STORE_FILE, VECTORS_FILE, Manifest, Tuning, append_log
+from neoembed.index.store import DocStore, read_vectors, vector_rows
+from neoembed.index.tune import exact_neighbors, tune
+
+log = logging.getLogger("neoembed.index")
+
+STATE_FILE = "build_state.json"  # present only while a build is unfinished: what the vectors on disk are
+ADD_CHUNK = 100_000
+MIN_TRAIN = 100_000
+
+
+def _report_skips(corpus: Corpus, directory: Path) -> None:
+    if corpus.skipped:
+        shown = "; ".join(corpus.skipped[:5])
+        log.warning("skipped %d unreadable rows (first: %s)", len(corpus.skipped), shown)
+        append_log(
+            directory, {"step": "read", "skipped": len(corpus.skipped), "first_skipped": corpus.skipped[:20]}
+        )
+
+
+def _corpus_digest(documents: list[Document]) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for doc in documents:
+        digest.update(doc.id.encode() + b"\0" + doc.text.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _prepare_out_dir(out: Path, state: dict) -> int:
+    """Create `out`, or find the unfinished build of the same corpus and model there: rows to resume from."""
+    if (out / "manifest.json").exists():
+        raise IndexingError(f"{out} already holds an index: use `neoembed index add` or choose another --out")
+    if out.exists() and any(out.iterdir()):
+        state_path = out / STATE_FILE
+        if not state_path.exists() or json.loads(state_path.read_text()) != state:
+            raise IndexingError(f"{out} is not empty and holds no unfinished build of this corpus and model")
+        rows = vector_rows(out / VECTORS_FILE, state["dimension"])
+        rows -= rows % encode.CHUNK  # keep whole chunks only
+        os.truncate(out / VECTORS_FILE, rows * 4 * state["dimension"])
+        (out / STORE_FILE).unlink(missing_ok=True)
+        log.info("resuming an unfinished build: %d documents already embedded", rows)
+        return rows
+    out.mkdir(parents=True, exist_ok=True)
+    (out / STATE_FILE).write_text(json.dumps(state))
+    return 0
+
+
+def _train_and_fill(factory: str, vectors: np.ndarray, metric: str, seed: int):
+    n, dim = vectors.shape
+    try:
+        index = faiss.index_factory(dim, factory, faiss_metric(metric))
+    except RuntimeError as err:
+        raise IndexingError(f"invalid --factory {factory!r}: {str(err).strip().splitlines()[-1]}") from err
+    if not index.is_trained:
+        try:
+            nlist = faiss.extract_index_ivf(index).nlist
+        except RuntimeError:
+            nlist = 0
+        if n < nlist:
+            raise IndexingError(
+                f"factory {factory!r} needs at least {nlist} vectors to train, the corpus has {n}"
+            )
+        size = min(n, max(MIN_TRAIN, 64 * nlist))
+        rows = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+        log.info("training %s on %d of %d vectors", factory, size, n)
+        index.train(np.ascontiguousarray(vectors[rows]))
+    for begin in tqdm(range(0, n, ADD_CHUNK), desc="adding to index", unit="chunk", disable=n <= ADD_CHUNK):
+        index.add(np.ascontiguousarray(vectors[begin : begin + ADD_CHUNK]))
+    return index
+
+
+def _tune_and_commit(
+    index, vectors, out: Path, manifest_fields: dict, target: float, queries: int, threads: int, seed: int
+):
+    """Tune on held-out corpus queries, write the index under a new name, then the manifest (the commit)."""
+    n = len(vectors)
+    rows = np.sort(np.random.default_rng(seed + 1).choice(n, min(queries, n), replace=False))
+    xq = np.ascontiguousarray(vectors[rows])
+    truth, exact_qps = exact_neighbors(xq, vectors, manifest_fields["metric"], self_ids=rows)
+
+    def on_point(name, point):
+        log.info("%s=%s recall@10=%.4f qps=%.0f", name, point.value, point.recall_at_10, point.qps_batch)
+        append_log(out, {"step": "tune", name: point.value, **vars(point)})
+
+    params, chosen, curve = tune(index, xq, truth, target, self_ids=rows, on_point=on_point)
+    if chosen.recall_at_10 < target:
+        log.warning(
+            "recall@10 %.3f stays below the target %.3f at every setting tried", chosen.recall_at_10, target
+        )
+    index_file = f"index-{n}.faiss"
+    faiss.write_index(index, str(out / index_file))
+    tuning = Tuning(
+        target, len(rows), chosen.recall_at_10, chosen.qps_batch, chosen.qps_single, exact_qps, threads, curve
+    )
+    previous = manifest_fields.pop("previous_index_file", None)
+    manifest = Manifest(
+        **manifest_fields,
+        index_file=index_file,
+        search_params=params,
+        ntotal=n,
+        tuning=tuning,
+        faiss_version=faiss.__version__,
+    )
+    manifest.save(out)
+    if previous and previous != index_file:
+        (out / previous).unlink(missing_ok=True)
+    append_log(
+        out,
+        {
+            "step": "done",
+            "ntotal": n,
+            "factory": manifest.factory,
+            **params,
+            "recall_at_10": chosen.recall_at_10,
+        },
+    )
+    return manifest
+
+
+def build_index(
+    sources: list[str | Path],
+    out: str | Path,
+    *,
+    model: str = "minilm",
+    factory: str = "auto",
+    target_recall: float = 0.95,
+    metric: str = "cosine",
+    batch_size: int = 64,
+    threads: int | None = None,
+    memory_bytes: int | None = None,
+    tune_queries: int = 1000,
+    id_field: str = "id",
+    text_field: str = "text",
+    seed: int = 0,
+) -> Manifest:
+    """Embed the documents of `sources` with `model` and write a tuned index directory at `out`."""
+    if metric not in METRICS:
+        raise IndexingError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
+    if not 0 < target_recall <= 1:
+        raise IndexingError(f"target recall must be in (0, 1], got {target_recall}")
+    out = Path(out)
+    threads = set_threads(threads)
+    corpus = read_corpus(sources, id_field=id_field, text_field=text_field)
+    embedder, fingerprint = encode.load_model(model)
+    dim = encode.dimension(embedder)
+    normalized = metric == "cosine"
+    state = {
+        "model_fingerprint": fingerprint,
+        "dimension": dim,
+        "normalized": normalized,
+        "corpus": _corpus_digest(corpus.documents),
+    }
+    start = _prepare_out_dir(out, state)
+    _report_skips(corpus, out)
+    docs = corpus.documents
+    encode.embed_to_file(
+        embedder,
+        [d.text for d in docs],
+        out / VECTORS_FILE,
+        normalize=normalized,
+        batch_size=batch_size,
+        start=start,
+        log_dir=out,
+    )
+    store = DocStore(out / STORE_FILE)
+    store.append(docs, 0)
+    store.close()
+
+    vectors = read_vectors(out / VECTORS_FILE, dim, len(docs))
+    reason = "given by --factory"
+    if factory == "auto":
+        factory, reason = choose_factory(len(docs), dim, memory_bytes)
+    log.info("index %s: %s", factory, reason)
+    index = _train_and_fill(factory, vectors, metric, seed)
+    fields = dict(
+        model=model,
+        model_fingerprint=fingerprint,
+        dimension=dim,
+        metric=metric,
+        normalized=normalized,
+        factory=factory,
+        factory_reason=reason,
+    )
+    manifest = _tune_and_commit(index, vectors, out, fields, target_recall, tune_queries, threads, seed)
+    (out / STATE_FILE).unlink(missing_ok=True)
+    return manifest
+
+
+def add_documents(
+    index_dir: str | Path,
+    sources: list[str | Path],
+    *,
+    batch_size: int = 64,
+    threads: int | None = None,
+    tune_queries: int = 1000,
+    id_field: str = "id",
+    text_field: str = "text",
+    seed: int = 0,
+) -> Manifest:
+    """Embed and append new documents to an index directory, then re-tune and re-measure it."""
+    out = Path(index_dir)
+    threads = set_threads(threads)
+    manifest = Manifest.load(out)
+    embedder, fingerprint = encode.load_model(manifest.model)
+    if fingerprint != manifest.model_fingerprint:
+        raise IndexMismatchError(
+            f"model {manifest.model!r} no longer matches the index in {out} (fingerprint {fingerprint}, "
+            f"index built with {manifest.model_fingerprint})"
+        )
+    corpus = read_corpus(sources, id_field=id_field, text_field=text_field)
+    _report_skips(corpus, out)
+    n, dim = manifest.ntotal, manifest.dimension
+    store = DocStore(out / STORE_FILE)
+    try:
+        store.truncate(n)  # rows of an add that crashed before its manifest was written
+        present = store.existing_ids(d.id for d in corpus.documents)
+        if present:
+            raise IndexingError(f"{len(present)} document ids are already in {out}: {', '.join(present[:5])}")
+        os.truncate(out / VECTORS_FILE, n * 4 * dim)
+        texts = [d.text for d in corpus.documents]
+        encode.embed_to_file(
+            embedder,
+            texts,
+            out / VECTORS_FILE,
+            normalize=manifest.normalized,
+            batch_size=batch_size,
+            log_dir=out,
+        )
+        vectors = read_vectors(out / VECTORS_FILE, dim, n + len(texts))
+        index = faiss.read_index(str(out / manifest.index_file))
+        index.add(np.ascontiguousarray(vectors[n:]))
+        store.append(corpus.documents, n)
+    finally:
+        store.close()
+    fields = dict(
+        model=manifest.model,
+        model_fingerprint=fingerprint,
+        dimension=dim,
+        metric=manifest.metric,
+        normalized=manifest.normalized,
+        factory=manifest.factory,
+        factory_reason=manifest.factory_reason,
+        previous_index_file=manifest.index_file,
+    )
+    return _tune_and_commit(
+        index, vectors, out, fields, manifest.tuning.target_recall, tune_queries, threads, seed
+    )

@@ -1,0 +1,146 @@
+"""Read documents to index from jsonl, parquet or txt files, or the WordNet glosses.
+
+Formats: `.jsonl` (one JSON object a line), `.parquet` (one row per document), `.txt` (one document a
+non-empty line, id `<file stem>:<line>`). The text is in `text_field` and the id in `id_field` (when a row
+has no id it gets `<file name>:<row>`); every other field is kept as metadata. The name `wordnet` reads
+the WordNet 3.0 synsets as documents (id = synset id, text = "lemmas: gloss").
+
+Rows that cannot be read (bad JSON, missing or empty text) are skipped and counted, with their location;
+duplicate ids and an empty corpus are errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neoembed.index.errors import CorpusError
+
+WORDNET = "wordnet"
+SUFFIXES = (".jsonl", ".parquet", ".txt")
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class Corpus:
+    documents: list[Document]
+    skipped: list[str]  # "file:row: reason" for every row that was not read
+
+
+def _row_to_document(row: object, where: str, id_field: str, text_field: str) -> Document:
+    if not isinstance(row, dict):
+        raise ValueError(f"expected an object, got {type(row).__name__}")
+    text = row.get(text_field)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"field {text_field!r} is missing, empty or not a string")
+    doc_id = row.get(id_field)
+    doc_id = where if doc_id is None else str(doc_id)
+    metadata = {k: v for k, v in row.items() if k not in (id_field, text_field)}
+    return Document(doc_id, text, metadata)
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, object]]:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path.name}:{number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as err:
+                yield where, ValueError(f"invalid JSON ({err.msg})")
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, object]]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as err:  # pyarrow raises several types for a file that is not parquet
+        raise CorpusError(f"{path}: not a readable parquet file ({err})") from err
+    number = 0
+    for batch in parquet.iter_batches(batch_size=8192):
+        for row in batch.to_pylist():
+            number += 1
+            yield f"{path.name}:{number}", row
+
+
+def _txt_rows(path: Path) -> Iterator[tuple[str, object]]:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                yield f"{path.name}:{number}", {"id": f"{path.stem}:{number}", "text": line.rstrip("\n")}
+
+
+def _wordnet_documents() -> Iterator[Document]:
+    from neoembed.data.wordnet import load_synsets
+
+    for synset in load_synsets():
+        lemmas = ", ".join(lemma.replace("_", " ") for lemma in synset.lemmas)
+        yield Document(synset.id, f"{lemmas}: {synset.gloss}", {"pos": synset.pos})
+
+
+def _files(source: Path) -> list[Path]:
+    """`source` itself, or the corpus files directly inside a directory (sorted, so ids keep their order)."""
+    if source.is_dir():
+        files = sorted(p for p in source.iterdir() if p.suffix in SUFFIXES)
+        if not files:
+            raise CorpusError(f"{source}: directory holds no {', '.join(SUFFIXES)} files")
+        return files
+    return [source]
+
+
+def _rows(path: Path) -> Iterator[tuple[str, object]]:
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path}")
+    readers = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows, ".txt": _txt_rows}
+    if path.suffix not in readers:
+        raise CorpusError(f"{path}: unknown corpus format {path.suffix!r}; use one of {', '.join(SUFFIXES)}")
+    return readers[path.suffix](path)
+
+
+def _documents(
+    path: Path, id_field: str, text_field: str, skipped: list[str]
+) -> Iterator[tuple[str, Document]]:
+    for where, row in _rows(path):
+        try:
+            if isinstance(row, Exception):
+                raise row
+            yield where, _row_to_document(row, where, id_field, text_field)
+        except ValueError as err:
+            skipped.append(f"{where}: {err}")
+
+
+def read_corpus(sources: list[str | Path], *, id_field: str = "id", text_field: str = "text") -> Corpus:
+    """Read every document of `sources` (files, or "wordnet"), checking ids are unique across all of them."""
+    documents: list[Document] = []
+    skipped: list[str] = []
+    first_seen: dict[str, str] = {}
+    for source in sources:
+        if str(source) == WORDNET:
+            located = ((f"wordnet:{d.id}", d) for d in _wordnet_documents())
+        else:
+            located = (
+                pair
+                for path in _files(Path(source))
+                for pair in _documents(path, id_field, text_field, skipped)
+            )
+        for where, doc in located:
+            if doc.id in first_seen:
+                raise CorpusError(
+                    f"duplicate document id {doc.id!r} at {where} (first at {first_seen[doc.id]})"
+                )
+            first_seen[doc.id] = where
+            documents.append(doc)
+    if not documents:
+        names = ", ".join(str(s) for s in sources) or "(no files given)"
+        raise CorpusError(f"empty corpus: no readable documents in {names} ({len(skipped)} rows skipped)")
+    return Corpus(documents, skipped)

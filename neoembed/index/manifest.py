@@ -1,0 +1,85 @@
+"""The manifest of an index directory, and the names of the files the directory holds.
+
+An index directory contains:
+  index-<n>.faiss  the FAISS index (FAISS id = row position); the manifest names the current file
+  docs.sqlite      the document store: id, text, metadata per position
+  vectors.f32      the embeddings, float32 row-major, one row per position
+  manifest.json    this manifest: which model made the vectors, how the index was chosen and tuned,
+                   and the recall@10 and QPS measured for it
+  build_log.jsonl  one JSON line per step (embedding progress, tuning points, totals)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from neoembed.index.errors import IndexingError
+
+FORMAT_VERSION = 1
+INDEX_FILE = "index.faiss"
+STORE_FILE = "docs.sqlite"
+VECTORS_FILE = "vectors.f32"
+MANIFEST_FILE = "manifest.json"
+LOG_FILE = "build_log.jsonl"
+METRICS = ("cosine", "ip", "l2")
+
+
+@dataclass
+class Tuning:
+    """How the search parameter was chosen, and what the chosen setting measured on held-out queries."""
+
+    target_recall: float
+    queries: int  # corpus vectors used as queries, their own document excluded from both result lists
+    recall_at_10: float
+    qps_batch: float  # all queries in one call
+    qps_single: float  # one query per call
+    exact_qps_batch: float  # exact search (brute force) over the same vectors, same queries
+    threads: int
+    curve: list[dict] = field(default_factory=list)  # every setting tried: value, recall_at_10, QPS
+
+
+@dataclass
+class Manifest:
+    model: str
+    model_fingerprint: str
+    dimension: int
+    metric: str  # cosine (normalised vectors, inner product), ip, or l2
+    normalized: bool
+    factory: str
+    factory_reason: str
+    index_file: str  # a new name per write, so the manifest commits the switch to it atomically
+    search_params: dict  # e.g. {"nprobe": 8} or {"efSearch": 64}; {} for exact search
+    ntotal: int
+    tuning: Tuning
+    faiss_version: str
+    format_version: int = FORMAT_VERSION
+
+    def save(self, directory: Path) -> None:
+        """Write atomically: a crash leaves the previous manifest in place."""
+        tmp = Path(directory) / (MANIFEST_FILE + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, Path(directory) / MANIFEST_FILE)
+
+    @classmethod
+    def load(cls, directory: Path) -> Manifest:
+        path = Path(directory) / MANIFEST_FILE
+        if not path.is_file():
+            raise IndexingError(f"{directory} is not an index directory: {MANIFEST_FILE} is missing")
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format_version") != FORMAT_VERSION:
+                raise IndexingError(
+                    f"{path}: format_version {data.get('format_version')!r}, expected {FORMAT_VERSION}"
+                )
+            data["tuning"] = Tuning(**data["tuning"])
+            return cls(**data)
+        except (json.JSONDecodeError, TypeError, KeyError) as err:
+            raise IndexingError(f"{path}: not a valid neoembed index manifest ({err})") from err
+
+
+def append_log(directory: Path, record: dict) -> None:
+    with open(Path(directory) / LOG_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
