@@ -23,3 +23,8 @@ def main() -> None:
 from neoembed.cli import bench  # noqa: E402
 
 app.add_typer(bench.app, name="bench")
+
+from neoembed.cli import index, search  # noqa: E402
+
+app.add_typer(index.app, name="index")
+app.command("search")(search.search)
