@@ -1,0 +1,32 @@
+"""Atomic file writes: a killed build leaves either the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = temp_path(path)
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    tmp = temp_path(path)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_parquet(path: Path, table: pa.Table, row_group_size: int = 10_000) -> None:
+    tmp = temp_path(path)
+    pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
+    os.replace(tmp, path)

@@ -1,0 +1,274 @@
+"""`neoembed build-data`: manifests -> parquet shards of (query, positive, negatives, source) + stats.
+
+Stage 1 (`prepare`) stages every selected source in manifest order: mapped, normalised, filtered, leakage-
+guarded and deduplicated across sources. Stage 2 cuts each staged source into parts of `rows_per_shard` rows;
+each part (source x part index) is an independent unit: its negatives are mined against the pool of its own
+positives, and it is written as `<out>/<source>/part-NNNNN.parquet` with a JSON marker. `--shard i/N` builds
+the units whose running index is i modulo N, so N machines split the expensive mining; whichever finishes
+last (or `--merge-stats`) writes `stats.json` and `stats.md` once every unit is present. Every file is
+written atomically and carries a fingerprint of its inputs, so a killed build resumes where it stopped and a
+rebuild with the same inputs is byte-identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from neoembed.data.atomic import write_json, write_parquet, write_text
+from neoembed.data.manifest import load_manifests
+from neoembed.data.mining import Miner, MiningConfig, MiningStats
+from neoembed.data.normalize import REASONS, text_key
+from neoembed.data.prepare import FORMAT_VERSION, prepare_source, read_eval_keys, staging_paths
+from neoembed.data.stats import render_markdown
+
+RECORD_SCHEMA = pa.schema(
+    [
+        ("query", pa.string()),
+        ("positive", pa.string()),
+        ("negatives", pa.list_(pa.string())),
+        ("source", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    manifests: Path
+    out: Path
+    sources: tuple[str, ...] | None = None  # None: every manifest
+    local_data: Path | None = None
+    eval_texts: tuple[Path, ...] = ()
+    max_rows: int | None = None
+    rows_per_shard: int = 100_000
+    shard: tuple[int, int] = (0, 1)
+    mine: bool = True
+    mining: MiningConfig = MiningConfig()
+
+
+@dataclass(frozen=True)
+class Unit:
+    source: str
+    part: int
+    parts: int
+    start: int
+    stop: int
+    fingerprint: str
+    mine: bool
+
+    @property
+    def path(self) -> Path:
+        return Path(self.source) / f"part-{self.part:05d}.parquet"
+
+
+def _sha(*items) -> str:
+    return hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class Build:
+    def __init__(self, config: BuildConfig):
+        self.config = config
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.manifests = load_manifests(config.manifests, list(config.sources) if config.sources else None)
+        self.log_path = self.out / "build.jsonl"
+        self._miner: Miner | None = None
+
+    def log(self, event: str, **fields) -> None:
+        with self.log_path.open("a") as fh:
+            fh.write(json.dumps({"time": round(time.time(), 3), "event": event, **fields}) + "\n")
+
+    # Stage 1 ---------------------------------------------------------------------------------------------
+
+    def prepare(self) -> dict[str, dict]:
+        leak_keys, leak_digest = read_eval_keys(self.config.eval_texts)
+        seen: set[int] = set()
+        staged, previous = {}, ""
+        for name, (manifest, manifest_sha) in self.manifests.items():
+            fingerprint = _sha(FORMAT_VERSION, previous, manifest_sha, leak_digest, self.config.max_rows)
+            started = time.perf_counter()
+            staged[name] = prepare_source(
+                manifest, fingerprint, self.out, seen, leak_keys, self.config.local_data, self.config.max_rows
+            )
+            self.log(
+                "prepare",
+                source=name,
+                seconds=round(time.perf_counter() - started, 3),
+                **_brief(staged[name]),
+            )
+            previous = fingerprint
+        return staged
+
+    # Stage 2 ---------------------------------------------------------------------------------------------
+
+    def units(self, staged: dict[str, dict]) -> list[Unit]:
+        units, size = [], self.config.rows_per_shard
+        mining = dataclasses.asdict(self.config.mining)
+        for name, (manifest, _) in self.manifests.items():
+            rows = staged[name]["kept"]
+            parts = max(1, -(-rows // size))
+            mine = self.config.mine and manifest.mines_by_default
+            for part in range(parts):
+                fingerprint = _sha(staged[name]["fingerprint"], part, size, mine and mining)
+                units.append(
+                    Unit(name, part, parts, part * size, min(rows, (part + 1) * size), fingerprint, mine)
+                )
+        return units
+
+    def build_unit(self, unit: Unit) -> None:
+        marker = (self.out / unit.path).with_suffix(".json")
+        if marker.exists() and json.loads(marker.read_text())["fingerprint"] == unit.fingerprint:
+            return
+        started = time.perf_counter()
+        staging, _ = staging_paths(self.out, unit.source)
+        table = pq.read_table(staging).slice(unit.start, unit.stop - unit.start)
+        negatives = table["negatives"].to_pylist()
+        stats = MiningStats()
+        if unit.mine and table.num_rows > 1:
+            workdir = self.out / "work" / unit.source / f"part-{unit.part:05d}"
+            mined, stats = self.miner.mine(
+                table["query"].to_pylist(),
+                table["query_key"].to_numpy(),
+                table["positive"].to_pylist(),
+                table["positive_key"].to_numpy(),
+                workdir,
+            )
+            negatives = [_merge(given, new) for given, new in zip(negatives, mined, strict=True)]
+        records = table.select(["query", "positive", "source"]).append_column(
+            "negatives", pa.array(negatives, pa.list_(pa.string()))
+        )
+        (self.out / unit.source).mkdir(exist_ok=True)
+        write_parquet(self.out / unit.path, records.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA))
+        counts = np.bincount([len(n) for n in negatives], minlength=1) if negatives else np.zeros(1, int)
+        summary = dataclasses.asdict(stats)
+        seconds = summary.pop("seconds")
+        write_json(
+            marker,
+            {
+                "fingerprint": unit.fingerprint,
+                "rows": table.num_rows,
+                "negatives_histogram": {str(i): int(c) for i, c in enumerate(counts) if c},
+                "mining": summary if unit.mine else None,
+            },
+        )
+        if unit.mine:
+            shutil.rmtree(self.out / "work" / unit.source / f"part-{unit.part:05d}", ignore_errors=True)
+        self.log(
+            "part",
+            source=unit.source,
+            part=unit.part,
+            rows=table.num_rows,
+            seconds=round(time.perf_counter() - started, 3),
+            mining_seconds={k: round(v, 3) for k, v in seconds.items()},
+            **({"mined": stats.mined, "dropped_margin": stats.dropped_margin} if unit.mine else {}),
+        )
+
+    @property
+    def miner(self) -> Miner:
+        if self._miner is None:
+            self._miner = Miner(self.config.mining)
+        return self._miner
+
+    # Stats -----------------------------------------------------------------------------------------------
+
+    def merge_stats(self, staged: dict[str, dict], units: list[Unit]) -> dict | None:
+        """Write stats.json and stats.md once every unit is built; None (and nothing written) before that."""
+        markers = {}
+        for unit in units:
+            marker = (self.out / unit.path).with_suffix(".json")
+            if not marker.exists() or json.loads(marker.read_text())["fingerprint"] != unit.fingerprint:
+                return None
+            markers.setdefault(unit.source, []).append(json.loads(marker.read_text()))
+        for unit in units:  # parts left over from an earlier build with more parts
+            for stale in (self.out / unit.source).glob("part-*"):
+                if int(stale.name[5:10]) >= unit.parts:
+                    stale.unlink()
+        sources = {name: _source_stats(staged[name], markers[name]) for name in self.manifests}
+        stats = {
+            "build_hash": _sha([u.fingerprint for u in units]),
+            "config": {
+                "max_rows": self.config.max_rows,
+                "rows_per_shard": self.config.rows_per_shard,
+                "mining": dataclasses.asdict(self.config.mining) if self.config.mine else None,
+                "eval_texts": [str(p) for p in self.config.eval_texts],
+            },
+            "sources": sources,
+            "total": _total(sources),
+        }
+        write_json(self.out / "stats.json", stats)
+        write_text(self.out / "stats.md", render_markdown(stats))
+        return stats
+
+    def run(self, merge_only: bool = False) -> dict | None:
+        staged = self.prepare()
+        units = self.units(staged)
+        index, count = self.config.shard
+        if not merge_only:
+            for unit in units[index::count]:
+                self.build_unit(unit)
+        stats = self.merge_stats(staged, units)
+        self.log("done" if stats else "shard_done", shard=f"{index}/{count}", units=len(units))
+        return stats
+
+
+def _merge(given: list[str], mined: list[str]) -> list[str]:
+    """Given negatives first, then mined ones that are not copies of a given one."""
+    if not given:
+        return mined
+    keys = {text_key(t) for t in given}
+    return given + [t for t in mined if text_key(t) not in keys]
+
+
+def _brief(stats: dict) -> dict:
+    return {k: stats[k] for k in ("rows_read", "kept")} | {"dropped": stats["dropped"]}
+
+
+def _source_stats(staged: dict, parts: list[dict]) -> dict:
+    histogram: dict[str, int] = {}
+    for part in parts:
+        for n, c in part["negatives_histogram"].items():
+            histogram[n] = histogram.get(n, 0) + c
+    rows = sum(p["rows"] for p in parts)
+    mined = [p["mining"] for p in parts if p["mining"]]
+    mining = {k: sum(m[k] for m in mined) for k in mined[0]} if mined else None
+    return {
+        "rows_read": staged["rows_read"],
+        "rows_available": staged["rows_available"],
+        "dropped": staged["dropped"],
+        "kept": staged["kept"],
+        "rows_out": rows,
+        "parts": len(parts),
+        "malformed_example": staged["malformed_example"],
+        "negatives_per_row": round(sum(int(n) * c for n, c in histogram.items()) / rows, 3) if rows else 0.0,
+        "negatives_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
+        "given_negatives_per_row": staged["given_negatives_per_row"],
+        "mining": mining,
+        "query_chars": staged["query_chars"],
+        "positive_chars": staged["positive_chars"],
+    }
+
+
+def _total(sources: dict) -> dict:
+    total = {
+        "rows_read": sum(s["rows_read"] for s in sources.values()),
+        "kept": sum(s["kept"] for s in sources.values()),
+        "rows_out": sum(s["rows_out"] for s in sources.values()),
+        "dropped": {r: sum(s["dropped"][r] for s in sources.values()) for r in REASONS},
+    }
+    negatives = sum(s["negatives_per_row"] * s["rows_out"] for s in sources.values())
+    total["negatives_per_row"] = round(negatives / total["rows_out"], 3) if total["rows_out"] else 0.0
+    return total
+
+
+def build(config: BuildConfig, merge_only: bool = False) -> dict | None:
+    """Run a build (or this shard's part of one); returns the stats once the whole build is complete."""
+    return Build(config).run(merge_only=merge_only)

@@ -1,0 +1,165 @@
+"""Source manifests: one YAML per contrastive source, validated into typed settings.
+
+Validation is two-step. `load_manifest` checks the file on its own (known fields, types, parseable field
+paths); `check_columns` checks the mapping against the columns of the loaded dataset. Both raise
+`ManifestError` naming the manifest file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from neoembed.data.mapping import FieldPath, PathError
+
+
+class ManifestError(ValueError):
+    """A manifest that is unreadable, ill-typed, or does not fit its dataset; the message names file and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Mapping(_Strict):
+    query: str
+    positive: str
+    negatives: list[str] = Field(default_factory=list)
+    score: str | None = None  # STS-style sources: a numeric column filtered by options.min_score
+
+    @field_validator("query", "positive", "score")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None:
+            FieldPath.parse(value)
+        return value
+
+    @field_validator("negatives", mode="before")
+    @classmethod
+    def _paths(cls, value):
+        value = [value] if isinstance(value, str) else value
+        for item in value or []:
+            FieldPath.parse(item)
+        return value
+
+    def paths(self) -> dict[str, FieldPath]:
+        """Field name (e.g. `negatives[1]`) -> parsed path, for checking and reading."""
+        named = {"query": self.query, "positive": self.positive}
+        named.update({f"negatives[{i}]": p for i, p in enumerate(self.negatives)})
+        if self.score:
+            named["score"] = self.score
+        return {name: FieldPath.parse(path) for name, path in named.items()}
+
+
+class Subset(_Strict):
+    config: str | None = None
+    split: str
+
+
+class Retrieval(_Strict):
+    """An MTEB/BEIR retrieval dataset: queries and corpus joined through qrels with a positive score."""
+
+    corpus: Subset = Subset(config="corpus", split="corpus")
+    queries: Subset = Subset(config="queries", split="queries")
+    qrels: Subset = Subset(config="default", split="train")
+    title_in_positive: bool = False
+
+
+class Options(_Strict):
+    min_chars: int = Field(3, ge=0)
+    max_chars: int = Field(8000, gt=0)
+    min_score: float | None = None
+    mine: Literal["auto", "always", "never"] = "auto"  # auto: mine only when the mapping has no negatives
+    wordnet_pairs: list[Literal["example_gloss", "lemmas_gloss", "synonyms"]] = [
+        "example_gloss",
+        "lemmas_gloss",
+        "synonyms",
+    ]
+
+
+class Manifest(_Strict):
+    name: str
+    description: str
+    kind: Literal["rows", "retrieval", "wordnet"] = "rows"
+    dataset: str | None = None
+    config: str | None = None
+    split: str = "train"
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    licence: str
+    expected_rows: int | None = Field(None, ge=0)
+    paper: str = Field(description="where the source comes from: 'release', 'paper' or 'embedded'")
+    note: str | None = None
+    mapping: Mapping
+    retrieval: Retrieval | None = None
+    options: Options = Options()
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Manifest:
+        if self.kind != "wordnet" and not self.dataset:
+            raise ValueError(f"kind {self.kind!r} needs a dataset id")
+        if (self.kind == "retrieval") != (self.retrieval is not None):
+            raise ValueError("a 'retrieval' section is required for kind retrieval and only there")
+        if self.paper not in ("release", "paper", "embedded"):
+            raise ValueError(f"paper must be 'release', 'paper' or 'embedded', got {self.paper!r}")
+        return self
+
+    @property
+    def mines_by_default(self) -> bool:
+        return self.options.mine == "always" or (self.options.mine == "auto" and not self.mapping.negatives)
+
+
+def load_manifest(path: Path) -> tuple[Manifest, str]:
+    """Parse and validate one manifest; returns it with the sha256 of its bytes (part of the build hash)."""
+    raw = path.read_bytes()
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise ManifestError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path}: expected a mapping of fields at the top level")
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"field {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {_short(e)}" for e in err.errors()
+        )
+        raise ManifestError(f"{path}: {problems}") from None
+    if manifest.name != path.stem:
+        raise ManifestError(f"{path}: field name: {manifest.name!r} must equal the file name {path.stem!r}")
+    return manifest, hashlib.sha256(raw).hexdigest()
+
+
+def _short(error: dict) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    return error["msg"].removeprefix("Value error, ")
+
+
+def load_manifests(directory: Path, names: list[str] | None = None) -> dict[str, tuple[Manifest, str]]:
+    """All manifests in `directory` (sorted by name: the build order), or the named ones."""
+    directory = Path(directory)
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise ManifestError(f"{directory}: no *.yaml manifests found")
+    available = {f.stem: f for f in files}
+    if names:
+        unknown = [n for n in names if n not in available]
+        if unknown:
+            raise ManifestError(f"unknown source(s) {unknown}; manifests in {directory}: {sorted(available)}")
+        files = [available[n] for n in sorted(set(names))]
+    return {f.stem: load_manifest(f) for f in files}
+
+
+def check_columns(manifest: Manifest, features: dict, where: str) -> None:
+    """Check every mapping path against the dataset's features; the error names manifest and field."""
+    for name, path in manifest.mapping.paths().items():
+        try:
+            path.check_features(features)
+        except PathError as err:
+            raise ManifestError(
+                f"manifest {manifest.name}: field mapping.{name}: {err} (in {where})"
+            ) from None

@@ -1,0 +1,85 @@
+"""Text normalisation, the dedup key, and the per-row filters with their drop reasons."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+_SPACE = re.compile(r"\s+")
+_NON_WORD = re.compile(r"[\W_]+")
+_PAIR_MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant: pair = q * mix + p (mod 2**64)
+_MASK = (1 << 64) - 1
+
+# Drop reasons, in the order the filters run; stats list them in this order.
+REASONS = (
+    "malformed",
+    "empty",
+    "too_short",
+    "too_long",
+    "same_as_query",
+    "low_score",
+    "leakage",
+    "duplicate",
+)
+
+
+def clean(text: str) -> str:
+    """NFC, whitespace runs collapsed to one space, trimmed: what is stored."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+
+
+def text_key(text: str) -> int:
+    """64-bit hash of the text casefolded with punctuation and spacing removed: what dedup compares."""
+    canonical = _NON_WORD.sub(" ", text.casefold()).strip()
+    return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=8).digest(), "little")
+
+
+def pair_key(query_key: int, positive_key: int) -> int:
+    """Order-sensitive key of a (query, positive) pair."""
+    return (query_key * _PAIR_MIX + positive_key) & _MASK
+
+
+def pair_keys(query_keys: np.ndarray, positive_keys: np.ndarray) -> np.ndarray:
+    """`pair_key` vectorised over uint64 arrays (numpy wraps modulo 2**64 like the mask)."""
+    with np.errstate(over="ignore"):
+        return query_keys.astype(np.uint64) * np.uint64(_PAIR_MIX) + positive_keys.astype(np.uint64)
+
+
+@dataclass
+class Limits:
+    min_chars: int
+    max_chars: int
+    min_score: float | None
+
+
+def check(query: str, positive: str, query_key: int, positive_key: int, score, limits: Limits) -> str | None:
+    """The first filter a cleaned (query, positive) fails, or None to keep the row."""
+    if not query or not positive:
+        return "empty"
+    if min(len(query), len(positive)) < limits.min_chars:
+        return "too_short"
+    if max(len(query), len(positive)) > limits.max_chars:
+        return "too_long"
+    if query_key == positive_key:
+        return "same_as_query"
+    if limits.min_score is not None and (score is None or float(score) < limits.min_score):
+        return "low_score"
+    return None
+
+
+def clean_negatives(values, query_key: int, positive_key: int, limits: Limits) -> list[str]:
+    """Cleaned negatives in source order, without empties, out-of-range lengths, repeats, or copies of the pair."""
+    kept, seen = [], {query_key, positive_key}
+    for value in values:
+        text = clean(value) if isinstance(value, str) else ""
+        if not text or not limits.min_chars <= len(text) <= limits.max_chars:
+            continue
+        key = text_key(text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(text)
+    return kept

@@ -1,0 +1,178 @@
+"""Stage 1 of a build: read each source, map, normalise, filter, guard against leakage, dedup across sources.
+
+Sources run in manifest order; a (query, positive) pair already kept by an earlier row or source is a
+duplicate. Each source's kept rows go to `staging/<source>.parquet` with a JSON marker holding its stats and a
+fingerprint chained over the sources before it, so a resumed build reuses finished sources unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from neoembed.data.atomic import temp_path, write_json
+from neoembed.data.manifest import Manifest, check_columns
+from neoembed.data.mapping import RowError
+from neoembed.data.normalize import (
+    REASONS,
+    Limits,
+    check,
+    clean,
+    clean_negatives,
+    pair_key,
+    pair_keys,
+    text_key,
+)
+from neoembed.data.sources import open_source
+
+STAGING_SCHEMA = pa.schema(
+    [
+        ("query", pa.string()),
+        ("positive", pa.string()),
+        ("negatives", pa.list_(pa.string())),
+        ("source", pa.string()),
+        ("query_key", pa.uint64()),
+        ("positive_key", pa.uint64()),
+    ]
+)
+BATCH_ROWS = 10_000
+FORMAT_VERSION = "1"  # bump when normalisation or filtering changes, so old staging is rebuilt
+
+
+def staging_paths(out: Path, name: str) -> tuple[Path, Path]:
+    return out / "staging" / f"{name}.parquet", out / "staging" / f"{name}.json"
+
+
+def read_eval_keys(files: Iterable[Path]) -> tuple[set[int], str]:
+    """Normalised keys of evaluation texts: `.txt` one text a line, `.jsonl` a `text` field a line."""
+    keys: set[int] = set()
+    digest = hashlib.sha256()
+    for file in sorted(Path(f) for f in files):
+        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            if file.suffix == ".jsonl":
+                try:
+                    line = json.loads(line)["text"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise ValueError(f"{file}:{lineno}: expected a JSON object with a 'text' field") from None
+            keys.add(text_key(clean(line)))
+        digest.update(file.read_bytes())
+    return keys, digest.hexdigest()
+
+
+def prepare_source(
+    manifest: Manifest,
+    fingerprint: str,
+    out: Path,
+    seen: set[int],
+    leak_keys: set[int],
+    local_root: Path | None,
+    max_rows: int | None,
+) -> dict:
+    """Stage one source; adds its kept pair keys to `seen`; returns its stats (also written as the marker)."""
+    parquet_path, marker = staging_paths(out, manifest.name)
+    if marker.exists():
+        stats = json.loads(marker.read_text())
+        if stats["fingerprint"] == fingerprint and parquet_path.exists():
+            keys = pq.read_table(parquet_path, columns=["query_key", "positive_key"])
+            seen.update(pair_keys(keys["query_key"].to_numpy(), keys["positive_key"].to_numpy()).tolist())
+            return stats
+
+    dataset = open_source(manifest, local_root)
+    check_columns(manifest, dataset.features, where=f"{manifest.dataset or manifest.kind} {manifest.split}")
+    total = len(dataset) if max_rows is None else min(len(dataset), max_rows)
+    paths = manifest.mapping.paths()
+    limits = Limits(manifest.options.min_chars, manifest.options.max_chars, manifest.options.min_score)
+    dropped = dict.fromkeys(REASONS, 0)
+    malformed_example = None
+    query_lengths, positive_lengths, negative_counts = [], [], []
+
+    parquet_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(parquet_path)
+    with (
+        pq.ParquetWriter(tmp, STAGING_SCHEMA, compression="zstd") as writer,
+        tqdm(total=total, desc=f"prepare {manifest.name}", unit="row") as bar,
+    ):
+        for start in range(0, total, BATCH_ROWS):
+            batch = dataset[start : min(start + BATCH_ROWS, total)]
+            rows = {name: [] for name in STAGING_SCHEMA.names}
+            for offset in range(len(batch[paths["query"].column])):
+                try:
+                    values = {
+                        name: path.extract_from_column(batch[path.column][offset])
+                        for name, path in paths.items()
+                    }
+                    query, positive = values["query"], values["positive"]
+                    if not isinstance(query, str | type(None)) or not isinstance(positive, str | type(None)):
+                        raise RowError("query and positive must be strings")
+                except RowError as err:
+                    dropped["malformed"] += 1
+                    if malformed_example is None:
+                        malformed_example = {"row": start + offset, "error": str(err)}
+                    continue
+                query, positive = clean(query or ""), clean(positive or "")
+                query_key, positive_key = text_key(query), text_key(positive)
+                reason = check(query, positive, query_key, positive_key, values.get("score"), limits)
+                if reason is None and (query_key in leak_keys or positive_key in leak_keys):
+                    reason = "leakage"
+                if reason is None:
+                    pair = pair_key(query_key, positive_key)
+                    reason = "duplicate" if pair in seen else None
+                    seen.add(pair)
+                if reason is not None:
+                    dropped[reason] += 1
+                    continue
+                negatives = clean_negatives(_flatten(values, paths), query_key, positive_key, limits)
+                for name, value in zip(
+                    STAGING_SCHEMA.names,
+                    (query, positive, negatives, manifest.name, query_key, positive_key),
+                    strict=True,
+                ):
+                    rows[name].append(value)
+                query_lengths.append(len(query))
+                positive_lengths.append(len(positive))
+                negative_counts.append(len(negatives))
+            writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
+            bar.update(len(batch[paths["query"].column]))
+
+    stats = {
+        "fingerprint": fingerprint,
+        "source": manifest.name,
+        "rows_read": total,
+        "rows_available": len(dataset),
+        "kept": len(query_lengths),
+        "dropped": dropped,
+        "malformed_example": malformed_example,
+        "given_negatives_per_row": round(float(np.mean(negative_counts)), 3) if negative_counts else 0.0,
+        "query_chars": _percentiles(query_lengths),
+        "positive_chars": _percentiles(positive_lengths),
+    }
+    os.replace(tmp, parquet_path)
+    write_json(marker, stats)
+    return stats
+
+
+def _flatten(values: dict, paths: dict) -> list:
+    """Negatives from every `negatives[i]` path, lists flattened, in mapping order."""
+    found = []
+    for name in paths:
+        if name.startswith("negatives["):
+            value = values[name]
+            found.extend(value if isinstance(value, list) else [value])
+    return found
+
+
+def _percentiles(lengths: list[int]) -> dict:
+    if not lengths:
+        return {}
+    values = np.percentile(np.asarray(lengths), [5, 50, 95, 99])
+    return {f"p{p}": int(v) for p, v in zip((5, 50, 95, 99), values, strict=True)}

@@ -1,0 +1,135 @@
+"""Open a manifest's source as a `datasets.Dataset`: from the hub, a local copy, or WordNet.
+
+A local copy (`--local-data DIR`, read from `DIR/<source>`) is a snapshot of the hub repository (README
+configs and data files) or a plain folder of data files, optionally with one sub-folder per config, so the
+same manifest builds offline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from neoembed.data.manifest import Manifest, ManifestError, Subset
+
+
+class SourceError(RuntimeError):
+    """A source that cannot be opened; the message says which source, from where, and what to do."""
+
+
+def open_source(manifest: Manifest, local_root: Path | None = None):
+    """The source's rows as a `datasets.Dataset` whose columns the manifest's mapping reads."""
+    local = Path(local_root) / manifest.name if local_root else None
+    if local is not None and not local.exists():
+        local = None
+    if manifest.kind == "wordnet":
+        return _wordnet(manifest, local)
+    if manifest.kind == "retrieval":
+        return _retrieval(manifest, local)
+    return _load(manifest, Subset(config=manifest.config, split=manifest.split), local)
+
+
+def _load(manifest: Manifest, subset: Subset, local: Path | None):
+    from datasets import load_dataset
+
+    if local is not None:
+        kwargs: dict = {}
+        if subset.config and (local / "README.md").exists():
+            kwargs["name"] = subset.config
+        elif subset.config and (local / subset.config).is_dir():
+            kwargs["data_dir"] = subset.config
+        where = f"local copy {local}"
+        call = lambda: load_dataset(str(local), split=subset.split, **kwargs)  # noqa: E731
+    else:
+        where = f"hub dataset {manifest.dataset} (config {subset.config}, split {subset.split})"
+        call = lambda: load_dataset(  # noqa: E731
+            manifest.dataset, subset.config, split=subset.split, revision=manifest.revision
+        )
+    try:
+        return call()
+    except (OSError, ValueError, FileNotFoundError, ConnectionError) as err:
+        raise SourceError(
+            f"source {manifest.name}: cannot load {where}: {err}. "
+            f"Without hub access, pass --local-data DIR with a copy in DIR/{manifest.name}."
+        ) from None
+
+
+def _retrieval(manifest: Manifest, local: Path | None):
+    """Join qrels (positive score) with queries and corpus into rows {query, title, text, score}.
+
+    Only the documents named by the qrels are kept in memory, so MS MARCO's 8.8M-passage corpus streams by.
+    """
+    from datasets import Dataset
+
+    spec = manifest.retrieval
+    qrels = _load(manifest, spec.qrels, local)
+    queries = _load(manifest, spec.queries, local)
+    corpus = _load(manifest, spec.corpus, local)
+    for name, ds, needed in (
+        ("qrels", qrels, ("query-id", "corpus-id", "score")),
+        ("queries", queries, ("_id", "text")),
+        ("corpus", corpus, ("_id", "text")),
+    ):
+        missing = [c for c in needed if c not in ds.column_names]
+        if missing:
+            raise ManifestError(
+                f"manifest {manifest.name}: field retrieval.{name}: columns {missing} missing "
+                f"(has {ds.column_names})"
+            )
+    pairs = [
+        (str(q), str(d), s)
+        for q, d, s in zip(qrels["query-id"], qrels["corpus-id"], qrels["score"], strict=True)
+        if s is not None and s > 0
+    ]
+    wanted_queries = {q for q, _, _ in pairs}
+    wanted_docs = {d for _, d, _ in pairs}
+    query_text = {
+        str(i): t for i, t in zip(queries["_id"], queries["text"], strict=True) if str(i) in wanted_queries
+    }
+    titles = corpus["title"] if "title" in corpus.column_names else [""] * len(corpus)
+    docs = {
+        str(i): (title or "", text)
+        for i, title, text in zip(corpus["_id"], titles, corpus["text"], strict=True)
+        if str(i) in wanted_docs
+    }
+    rows = {"query": [], "title": [], "text": [], "score": []}
+    for q, d, s in pairs:
+        if q in query_text and d in docs:  # dangling ids are counted by the caller as rows not read
+            title, text = docs[d]
+            rows["query"].append(query_text[q])
+            rows["title"].append(title)
+            rows["text"].append(f"{title} {text}" if spec.title_in_positive and title else text)
+            rows["score"].append(float(s))
+    return Dataset.from_dict(rows)
+
+
+def _wordnet(manifest: Manifest, local: Path | None):
+    """Pairs from training-split synsets: example -> gloss, lemma list -> gloss, synonym pairs.
+
+    Records of one synset stay together, so `--max-rows` keeps a mix of all three kinds.
+    """
+    from datasets import Dataset
+
+    from neoembed.data.wordnet import load_synsets, split_of
+
+    kinds = set(manifest.options.wordnet_pairs)
+    rows = {"query": [], "positive": [], "synset": [], "pair": []}
+
+    def add(query: str, positive: str, synset: str, pair: str) -> None:
+        rows["query"].append(query)
+        rows["positive"].append(positive)
+        rows["synset"].append(synset)
+        rows["pair"].append(pair)
+
+    for s in load_synsets(local):
+        if split_of(s.id) != "train":
+            continue
+        if "example_gloss" in kinds:
+            for example in s.examples:
+                add(example, s.gloss, s.id, "example_gloss")
+        if "lemmas_gloss" in kinds:
+            add(", ".join(s.lemmas), s.gloss, s.id, "lemmas_gloss")
+        if "synonyms" in kinds:
+            for i, a in enumerate(s.lemmas):
+                for b in s.lemmas[i + 1 :]:
+                    add(a, b, s.id, "synonyms")
+    return Dataset.from_dict(rows)

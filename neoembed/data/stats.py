@@ -1,0 +1,77 @@
+"""Render a build's stats.json as a readable stats.md."""
+
+from __future__ import annotations
+
+from neoembed.data.normalize import REASONS
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def render_markdown(stats: dict) -> str:
+    sources, total = stats["sources"], stats["total"]
+    reasons = [r for r in REASONS if total["dropped"][r]] or ["duplicate"]
+    lines = [
+        "# Contrastive build statistics",
+        "",
+        f"Build hash `{stats['build_hash'][:16]}`; rows per shard {stats['config']['rows_per_shard']}; "
+        f"max rows per source {stats['config']['max_rows'] or 'all'}.",
+        "",
+        "## Rows",
+        "",
+        _row(["source", "read", *(f"dropped: {r}" for r in reasons), "kept", "written", "negatives/row"]),
+        _row(["---"] + ["---:"] * (len(reasons) + 4)),
+    ]
+    for name, s in sources.items():
+        cells = [s["rows_read"], *(s["dropped"][r] for r in reasons), s["kept"], s["rows_out"]]
+        lines.append(_row([name, *cells, s["negatives_per_row"]]))
+    cells = [total["rows_read"], *(total["dropped"][r] for r in reasons), total["kept"], total["rows_out"]]
+    lines.append(_row(["**total**", *cells, total["negatives_per_row"]]))
+
+    lines += [
+        "",
+        "## Lengths (characters) and negatives",
+        "",
+        _row(["source", "query p5/p50/p95/p99", "positive p5/p50/p95/p99", "negatives histogram"]),
+        _row(["---"] * 4),
+    ]
+    for name, s in sources.items():
+        hist = ", ".join(f"{n}: {c}" for n, c in s["negatives_histogram"].items())
+        lines.append(_row([name, _pct(s["query_chars"]), _pct(s["positive_chars"]), hist]))
+
+    mined = {n: s["mining"] for n, s in sources.items() if s["mining"]}
+    if mined:
+        mining = stats["config"]["mining"]
+        lines += [
+            "",
+            f"## Hard-negative mining (teacher `{mining['teacher']}`, margin {mining['margin']}, "
+            f"k {mining['num_negatives']})",
+            "",
+            _row(
+                [
+                    "source",
+                    "queries",
+                    "pool",
+                    "candidates",
+                    "dropped: positive",
+                    "dropped: margin",
+                    "mined",
+                    "rows short of k",
+                ]
+            ),
+            _row(["---"] + ["---:"] * 7),
+        ]
+        for name, m in mined.items():
+            cells = [m["queries"], m["pool"], m["candidates"], m["dropped_positive"], m["dropped_margin"]]
+            lines.append(_row([name, *cells, m["mined"], m["rows_short"]]))
+
+    malformed = {n: s["malformed_example"] for n, s in sources.items() if s["malformed_example"]}
+    if malformed:
+        lines += ["", "## Malformed rows (first example per source)", ""]
+        lines += [f"- {n}: row {e['row']}: {e['error']}" for n, e in malformed.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _pct(p: dict) -> str:
+    return "/".join(str(p[k]) for k in ("p5", "p50", "p95", "p99")) if p else "-"
