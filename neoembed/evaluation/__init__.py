@@ -1,0 +1,19 @@
+"""Uniform MTEB evaluation: model loading under one protocol, local WordNet tasks, runs, and summaries.
+
+mteb creates its default result cache (``$MTEB_CACHE`` or ``~/.cache/mteb``) the moment it is imported.
+This package is the one place that points it somewhere neoembed owns, before any of its modules imports
+mteb; every run still passes its own ``ResultCache`` under the run's output directory.
+"""
+
+import os
+from pathlib import Path
+
+
+def neoembed_cache_dir() -> Path:
+    """Root of neoembed's caches: $NEOEMBED_CACHE, else $XDG_CACHE_HOME/neoembed, else ~/.cache/neoembed."""
+    if os.environ.get("NEOEMBED_CACHE"):
+        return Path(os.environ["NEOEMBED_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neoembed"
+
+
+os.environ.setdefault("MTEB_CACHE", str(neoembed_cache_dir() / "mteb"))

@@ -1,0 +1,173 @@
+"""Offline MTEB tasks built from WordNet's held-out synsets, as real mteb task classes.
+
+mteb's own tasks download their data from the Hugging Face hub; these build theirs from the WordNet files
+on this machine (``neoembed.data.wordnet``), using only synsets that ``split_of`` holds out from training,
+so a model fine-tuned on neoembed's WordNet pairs is not tested on its training data. They run through
+``mteb.evaluate`` like any other task and are selected by name with ``--tasks`` (or all at once with
+``--benchmark neoembed-local``).
+
+- ``WordNetDefinitionRetrieval`` (Retrieval): a word or phrase -> the glosses of its senses.
+- ``WordNetSynonymPairClassification`` (PairClassification): are two words lemmas of one synset?
+- ``WordNetPOSClassification`` (Classification): the part of speech of a gloss's headword.
+
+Sizes are small on purpose: all three run in seconds for MiniLM on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections import defaultdict
+from typing import Any
+
+from datasets import Dataset, DatasetDict
+from mteb import AbsTask, TaskMetadata
+from mteb.abstasks.classification import AbsTaskClassification
+from mteb.abstasks.pair_classification import AbsTaskPairClassification
+from mteb.abstasks.retrieval import AbsTaskRetrieval
+from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+
+from neoembed.data.wordnet import Synset, load_synsets, split_of
+
+# Bump when the sampling below changes: it is the tasks' dataset revision, so cached results of an older
+# sample are never mixed with new ones.
+DATA_REVISION = "wordnet3.0-heldout-v1"
+SEED = 0
+POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adverb"}
+
+_COMMON = {
+    "reference": "https://wordnet.princeton.edu/",
+    "dataset": {"path": "neoembed/wordnet-heldout", "revision": DATA_REVISION},
+    "category": "t2t",
+    "modalities": ["text"],
+    "eval_splits": ["test"],
+    "eval_langs": ["eng-Latn"],
+    "date": ("2006-01-01", "2006-12-31"),  # WordNet 3.0
+    "domains": ["Written", "Encyclopaedic"],
+    "task_subtypes": [],
+    "license": "https://wordnet.princeton.edu/license-and-commercial-use",
+    "annotations_creators": "expert-annotated",
+    "dialect": [],
+    "sample_creation": "found",
+    "bibtex_citation": "@book{fellbaum1998wordnet, title={WordNet: An Electronic Lexical Database}, "
+    "author={Fellbaum, Christiane}, publisher={MIT Press}, year={1998}}",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def heldout_synsets() -> tuple[Synset, ...]:
+    """The held-out synsets in a fixed pseudo-random order (same on every machine)."""
+    synsets = sorted((s for s in load_synsets() if split_of(s.id) == "heldout"), key=lambda s: s.id)
+    random.Random(SEED).shuffle(synsets)
+    return tuple(synsets)
+
+
+def definition_retrieval_split(n_corpus: int = 800, n_queries: int = 200) -> RetrievalSplitData:
+    """Corpus: glosses of `n_corpus` held-out synsets; queries: lemmas; relevant: every sense of the lemma."""
+    corpus = [s for s in heldout_synsets() if s.gloss][:n_corpus]
+    senses = defaultdict(list)  # lemma -> ids of the corpus synsets that have it
+    for synset in corpus:
+        for lemma in dict.fromkeys(lemma.lower() for lemma in synset.lemmas):
+            senses[lemma].append(synset.id)
+    lemmas = list(dict.fromkeys(s.lemmas[0].lower() for s in corpus))[:n_queries]
+    return RetrievalSplitData(
+        queries=Dataset.from_dict({"id": [f"q{i}" for i in range(len(lemmas))], "text": lemmas}),
+        corpus=Dataset.from_dict(
+            {"id": [s.id for s in corpus], "text": [s.gloss for s in corpus], "title": [""] * len(corpus)}
+        ),
+        relevant_docs={f"q{i}": dict.fromkeys(senses[lemma], 1) for i, lemma in enumerate(lemmas)},
+        top_ranked=None,
+    )
+
+
+def synonym_pairs(n_pairs: int = 400) -> Dataset:
+    """Half synonym pairs (two lemmas of one synset), half same-POS lemmas of synsets sharing no lemma."""
+    rng = random.Random(SEED)
+    multi = [s for s in heldout_synsets() if len({lemma.lower() for lemma in s.lemmas}) > 1]
+    by_pos = defaultdict(list)
+    for synset in heldout_synsets():
+        by_pos[POS_NAMES[synset.pos]].append(synset)
+    rows = []
+    for synset in multi[: n_pairs // 2]:
+        first, second = rng.sample(sorted({lemma.lower() for lemma in synset.lemmas}), 2)
+        rows.append((first, second, 1))
+        own = {lemma.lower() for lemma in synset.lemmas}
+        other = rng.choice(by_pos[POS_NAMES[synset.pos]])
+        while other.id == synset.id or own & {lemma.lower() for lemma in other.lemmas}:
+            other = rng.choice(by_pos[POS_NAMES[synset.pos]])
+        rows.append((rng.choice(sorted(own)), other.lemmas[0].lower(), 0))
+    first, second, labels = zip(*rows, strict=True)
+    return Dataset.from_dict({"sentence1": list(first), "sentence2": list(second), "labels": list(labels)})
+
+
+def pos_classification(per_label: int = 50) -> DatasetDict:
+    """Glosses labelled with their synset's part of speech; `per_label` per class in train and in test."""
+    by_pos = defaultdict(list)
+    for synset in heldout_synsets():
+        if synset.gloss:
+            by_pos[POS_NAMES[synset.pos]].append(synset.gloss)
+    labels = sorted(by_pos)
+    splits = {}
+    for name, part in (("train", slice(0, per_label)), ("test", slice(per_label, 2 * per_label))):
+        rows = [(gloss, labels.index(pos)) for pos in labels for gloss in by_pos[pos][part]]
+        splits[name] = Dataset.from_dict({"text": [r[0] for r in rows], "label": [r[1] for r in rows]})
+    return DatasetDict(splits)
+
+
+class WordNetDefinitionRetrieval(AbsTaskRetrieval):
+    metadata = TaskMetadata(
+        name="WordNetDefinitionRetrieval",
+        description="Retrieve the WordNet definitions (glosses) of a word's senses from 800 held-out "
+        "glosses; 200 word or phrase queries, every sense in the corpus is relevant.",
+        type="Retrieval",
+        main_score="ndcg_at_10",
+        **_COMMON,
+    )
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        self.dataset = {"default": {"test": definition_retrieval_split()}}
+        self.data_loaded = True
+
+
+class WordNetSynonymPairClassification(AbsTaskPairClassification):
+    metadata = TaskMetadata(
+        name="WordNetSynonymPairClassification",
+        description="Decide whether two words are synonyms (lemmas of one held-out WordNet synset); negatives "
+        "pair a word with a same-POS word of a synset sharing no lemma. 400 pairs, balanced.",
+        type="PairClassification",
+        main_score="max_ap",
+        **_COMMON,
+    )
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        self.dataset = DatasetDict({"test": synonym_pairs()})
+        self.data_loaded = True
+
+
+class WordNetPOSClassification(AbsTaskClassification):
+    metadata = TaskMetadata(
+        name="WordNetPOSClassification",
+        description="Classify a held-out WordNet gloss by the part of speech of the word it defines (noun, "
+        "verb, adjective, adverb); 50 glosses per class in train and in test.",
+        type="Classification",
+        main_score="accuracy",
+        **_COMMON,
+    )
+    samples_per_label = 16
+    n_experiments = 5
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        self.dataset = pos_classification()
+        self.data_loaded = True
+
+
+LOCAL_TASKS: dict[str, type[AbsTask]] = {
+    cls.metadata.name: cls
+    for cls in (WordNetDefinitionRetrieval, WordNetSynonymPairClassification, WordNetPOSClassification)
+}

@@ -1,0 +1,246 @@
+"""Load any model for MTEB under one uniform protocol.
+
+A model name is one of:
+
+- ``bm25``: mteb's lexical baseline (``mteb/baseline-bm25s``); it only runs retrieval-type tasks;
+- a sentence-transformers directory, hub id, or the packaged ``minilm`` alias (through
+  ``neoembed.embedder.load_embedder``);
+- a plain Hugging Face encoder directory or hub id (``config.json``, no ``modules.json``), turned into an
+  embedder by the protocol's pooling.
+
+Every embedder then gets the same protocol (``EvalSettings``): max length, pooling, dtype, normalisation
+and prompts (none unless given, as in the paper). The settings that change scores become the mteb
+``experiment_kwargs`` of the model's ``ModelMeta``, so results under other settings never share a cache entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from neoembed.embedder import MINILM_ALIASES, EmbedderError, load_embedder, resolve_model_name
+
+BM25_NAMES = ("bm25", "bm25s")
+BM25_MTEB_NAME = "mteb/baseline-bm25s"
+POOLING_MODES = ("mean", "cls", "max", "lasttoken")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ModelLoadError(ValueError):
+    """A model name that cannot be evaluated; the message says why."""
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The uniform protocol applied to every embedder (bm25 ignores all but the prompts' absence)."""
+
+    max_length: int = 512
+    batch_size: int = 32
+    pooling: str = "mean"
+    dtype: str = "float32"
+    normalize: bool = True
+    # mteb prompt keys: a task name, a task type, "query"/"document", or "<task or type>-<query|document>".
+    prompts: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.pooling not in POOLING_MODES:
+            raise ValueError(f"pooling must be one of {', '.join(POOLING_MODES)}, got {self.pooling!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def scoring_settings(self) -> dict[str, Any]:
+        """The settings that can change scores (all but batch size): the cache namespace of a run."""
+        return {k: v for k, v in self.to_dict().items() if k != "batch_size"}
+
+    def encode_kwargs(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "show_progress_bar": False}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A resolved model name, known before any weights are loaded."""
+
+    label: str  # the column title in summaries
+    kind: str  # "bm25" | "sentence-transformers" | "hf-encoder"
+    source: str  # local directory or hub id to load from ("" for bm25)
+    meta: Any  # mteb.ModelMeta: name + revision + experiment_kwargs = the cache identity
+
+    @property
+    def is_lexical(self) -> bool:
+        return self.kind == "bm25"
+
+
+def _fingerprint(directory: Path) -> str:
+    """Content hash of a model directory (file names and bytes, model card excluded): its cache revision."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = file.relative_to(directory).as_posix()
+        if rel == "README.md" or rel.startswith("."):
+            continue
+        digest.update(rel.encode())
+        with file.open("rb") as fh:
+            digest.update(hashlib.file_digest(fh, "sha256").digest())
+    return digest.hexdigest()[:12]
+
+
+def _local_kind(directory: Path) -> str:
+    if (directory / "modules.json").is_file():
+        return "sentence-transformers"
+    if (directory / "config.json").is_file():
+        return "hf-encoder"
+    raise ModelLoadError(
+        f"cannot load model {str(directory)!r}: the directory has neither modules.json "
+        "(a sentence-transformers model) nor config.json (a transformers encoder)"
+    )
+
+
+def _hub_kind_and_revision(repo_id: str) -> tuple[str, str]:
+    """Kind and commit of a hub model, from the files mteb's loaders will read (cached, or fetched when online)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+
+    problems = []
+    for filename, kind in (("modules.json", "sentence-transformers"), ("config.json", "hf-encoder")):
+        try:
+            path = Path(hf_hub_download(repo_id, filename))
+        except (EntryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as err:
+            problems.append(f"{filename}: {type(err).__name__}: {str(err).splitlines()[0]}")
+            continue
+        return kind, path.parent.name[:12]  # .../snapshots/<commit>/<file>
+    raise ModelLoadError(
+        f"cannot load model {repo_id!r}: it is not a local directory, not an alias "
+        f"({', '.join(MINILM_ALIASES[:1] + BM25_NAMES[:1])}), and not loadable from the Hugging Face hub or "
+        f"its local cache ({'; '.join(problems)})"
+    )
+
+
+def _model_meta(name: str, revision: str, settings: EvalSettings | None) -> Any:
+    from mteb.models import ModelMeta
+
+    return ModelMeta.create_empty(
+        overwrites={
+            "name": name,
+            "revision": revision,
+            "experiment_kwargs": settings.scoring_settings() if settings else None,
+        }
+    )
+
+
+def resolve_model(name: str, settings: EvalSettings) -> ModelSpec:
+    """Resolve `name` to what will be loaded and its cache identity, without loading weights."""
+    if name.lower() in BM25_NAMES:
+        import mteb
+
+        return ModelSpec(label="bm25", kind="bm25", source="", meta=mteb.get_model_meta(BM25_MTEB_NAME))
+    try:
+        resolved = resolve_model_name(name)
+    except EmbedderError as err:
+        raise ModelLoadError(str(err)) from err
+    path = Path(resolved).expanduser()
+    if path.is_dir():
+        kind = _local_kind(path)
+        if name in MINILM_ALIASES:
+            label, meta_name = "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"
+        else:
+            label, meta_name = path.resolve().name, f"local/{path.resolve().name}"
+        return ModelSpec(label, kind, str(path), _model_meta(meta_name, _fingerprint(path), settings))
+    if path.exists():
+        raise ModelLoadError(f"cannot load model {name!r}: {path} is a file, not a model directory")
+    if name.count("/") != 1 or name.startswith((".", "/", "~")):
+        raise ModelLoadError(
+            f"cannot load model {name!r}: no such directory, and not a hub id of the form 'org/name' "
+            f"(or one of: {', '.join(BM25_NAMES[:1] + MINILM_ALIASES[:1])})"
+        )
+    kind, revision = _hub_kind_and_revision(name)
+    return ModelSpec(name, kind, name, _model_meta(name, revision, settings))
+
+
+def _st_modules():
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules
+    except ImportError:  # sentence-transformers 5
+        from sentence_transformers import models as modules
+    return modules
+
+
+def _position_limit(model) -> int | None:
+    config = getattr(getattr(model[0], "auto_model", None), "config", None)
+    return getattr(config, "max_position_embeddings", None)
+
+
+def apply_protocol(model, settings: EvalSettings):
+    """Rebuild a SentenceTransformer with the protocol's pooling, normalisation, max length and dtype."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    st = _st_modules()
+    modules = []
+    for module in model:
+        if isinstance(module, st.Normalize):
+            continue  # re-added below exactly when the protocol asks for it
+        if isinstance(module, st.Pooling) and module.pooling_mode != settings.pooling:
+            module = st.Pooling(module.embedding_dimension, pooling_mode=settings.pooling)
+        modules.append(module)
+    if settings.normalize:
+        modules.append(st.Normalize())
+    rebuilt = SentenceTransformer(modules=modules, device=str(model.device))
+    limit = _position_limit(rebuilt)
+    rebuilt.max_seq_length = min(settings.max_length, limit) if limit else settings.max_length
+    rebuilt.prompts = {}  # the protocol's prompts only: none unless given
+    rebuilt.default_prompt_name = None
+    return rebuilt.to(getattr(torch, settings.dtype))
+
+
+def load_sentence_transformer(spec: ModelSpec, settings: EvalSettings, device: str | None = None):
+    """The protocol-applied SentenceTransformer of an embedder spec (not bm25)."""
+    if spec.kind == "sentence-transformers":
+        try:
+            model = load_embedder(spec.source, device=device)
+        except EmbedderError as err:
+            raise ModelLoadError(str(err)) from err
+        return apply_protocol(model, settings)
+    from sentence_transformers import SentenceTransformer
+
+    st = _st_modules()
+    try:
+        transformer = st.Transformer(spec.source, max_seq_length=settings.max_length)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"cannot load encoder {spec.source!r}: {err}") from err
+    dim = transformer.get_embedding_dimension()
+    pooling = st.Pooling(dim, pooling_mode=settings.pooling)
+    return apply_protocol(SentenceTransformer(modules=[transformer, pooling], device=device), settings)
+
+
+def load_model(spec: ModelSpec, settings: EvalSettings, device: str | None = None):
+    """An mteb model for `spec` whose `mteb_model_meta` is the spec's cache identity."""
+    if spec.is_lexical:
+        import mteb
+
+        try:
+            return mteb.get_model(BM25_MTEB_NAME)
+        except ImportError as err:
+            raise ModelLoadError(f"cannot load bm25: {err} (pip install 'mteb[bm25s]')") from err
+    from mteb.models import SentenceTransformerEncoderWrapper
+
+    wrapper = SentenceTransformerEncoderWrapper(load_sentence_transformer(spec, settings, device))
+    # Set directly rather than through the constructor: mteb validates prompt keys against its own task
+    # registry, which does not know neoembed's local tasks.
+    wrapper.model_prompts = dict(settings.prompts) or None
+    wrapper.mteb_model_meta = spec.meta.model_copy(
+        update={
+            "embed_dim": wrapper.model.get_embedding_dimension(),
+            "max_tokens": wrapper.model.max_seq_length,
+            "similarity_fn_name": wrapper.mteb_model_meta.similarity_fn_name,
+            "framework": ["Sentence Transformers", "PyTorch"],
+        }
+    )
+    return wrapper

@@ -1,0 +1,191 @@
+"""Run several models on several tasks through ``mteb.evaluate``, resumably, and summarise.
+
+Results live in an mteb ``ResultCache`` under the run's output directory
+(``results/<model>/<revision>/experiments/<settings>/<task>.json``): a task already finished for the same
+model weights and scoring settings is skipped without loading the model, and a crashed run resumes where
+it stopped (mteb also saves each finished subset of a task). A task that fails is recorded and the others
+still run. Each task's outcome is appended to ``mteb_eval.jsonl`` beside the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mteb
+from mteb import AbsTask, ResultCache, TaskResult
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from neoembed.evaluation.local_tasks import LOCAL_TASKS
+from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
+from neoembed.evaluation.summary import Summary, leaf_tasks, summarize, write_summary
+from neoembed.evaluation.tasks import supports_lexical_search
+
+LOG_NAME = "mteb_eval.jsonl"
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    model: str
+    task: str
+    status: str  # "done" | "cached" | "failed" | "n/a"
+    seconds: float = 0.0
+    main_score: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class RunReport:
+    outcomes: list[TaskOutcome]
+    summary: Summary
+    files: list[Path]
+
+    @property
+    def failed(self) -> list[TaskOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def resolve_models(names: Sequence[str], settings: EvalSettings) -> list[ModelSpec]:
+    """Resolve every model name before any work, with unique summary labels."""
+    specs, seen = [], set()
+    for name in names:
+        spec = resolve_model(name, settings)
+        label, n = spec.label, 2
+        while label in seen:
+            label, n = f"{spec.label}#{n}", n + 1
+        seen.add(label)
+        specs.append(ModelSpec(label, spec.kind, spec.source, spec.meta))
+    return specs
+
+
+def cached_result(cache: ResultCache, spec: ModelSpec, task_name: str) -> TaskResult | None:
+    return cache.load_task_result(task_name, spec.meta)
+
+
+def is_finished(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> bool:
+    result = cached_result(cache, spec, task.metadata.name)
+    return result is not None and not result.get_missing_evaluations(task)
+
+
+def _explain(task: AbsTask, error: str) -> str:
+    error = error.strip().splitlines()[-1] if error.strip() else "unknown error"
+    if task.metadata.name not in LOCAL_TASKS and any(
+        marker in error for marker in ("offline", "Couldn't reach", "LocalEntryNotFound", "ConnectionError")
+    ):
+        return (
+            f"{error} (the dataset {task.metadata.dataset['path']} is not in the local Hugging Face cache and "
+            "the hub is unreachable: run once with hub access, or point HF_HOME at a cache that has it)"
+        )
+    return error
+
+
+def _evaluate(
+    model, task: AbsTask, spec: ModelSpec, settings: EvalSettings, cache: ResultCache
+) -> TaskOutcome:
+    start = time.perf_counter()
+    result = mteb.evaluate(
+        model,
+        task,
+        encode_kwargs=settings.encode_kwargs(),
+        cache=cache,
+        overwrite_strategy="only-missing",
+        raise_error=False,
+        show_progress_bar=False,
+        co2_tracker=False,
+    )
+    seconds = round(time.perf_counter() - start, 3)
+    if result.exceptions or not result.task_results:
+        errors = "; ".join(e.exception for e in result.exceptions) or "no result produced"
+        return TaskOutcome(spec.label, task.metadata.name, "failed", seconds, error=_explain(task, errors))
+    return TaskOutcome(
+        spec.label, task.metadata.name, "done", seconds, float(result.task_results[0].get_score())
+    )
+
+
+def run_evaluation(
+    specs: Sequence[ModelSpec],
+    tasks: Sequence[AbsTask],
+    settings: EvalSettings,
+    out_dir: Path,
+    *,
+    device: str | None = None,
+) -> RunReport:
+    """Evaluate every model on every task (skipping finished ones), then write the summary files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache = ResultCache(out_dir)
+    outcomes: list[TaskOutcome] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with (out_dir / LOG_NAME).open("a", encoding="utf-8") as log, Progress(*columns) as progress:
+        bar = progress.add_task("mteb-eval", total=len(specs) * len(tasks))
+        for spec in specs:
+            model, load_error = None, None
+            for task in tasks:
+                name = task.metadata.name
+                progress.update(bar, description=f"{spec.label}: {name}")
+                if spec.is_lexical and not supports_lexical_search(task):
+                    outcome = TaskOutcome(spec.label, name, "n/a")
+                elif is_finished(cache, spec, task):
+                    outcome = TaskOutcome(spec.label, name, "cached")
+                else:
+                    if model is None and load_error is None:  # load lazily: a fully cached model never loads
+                        try:
+                            model = load_model(spec, settings, device)
+                        except ModelLoadError as err:
+                            load_error = str(err)
+                    if load_error is not None:
+                        outcome = TaskOutcome(spec.label, name, "failed", error=load_error)
+                    else:
+                        outcome = _evaluate(model, task, spec, settings, cache)
+                outcomes.append(outcome)
+                log.write(json.dumps({"time": time.time(), **asdict(outcome)}) + "\n")
+                log.flush()
+                progress.advance(bar)
+            del model
+    summary = summarize_cached(specs, tasks, cache)
+    files = write_summary(summary, out_dir)
+    files.append(_write_settings(specs, tasks, settings, out_dir))
+    return RunReport(outcomes, summary, files)
+
+
+def summarize_cached(specs: Sequence[ModelSpec], tasks: Sequence[AbsTask], cache: ResultCache) -> Summary:
+    """The summary of whatever the cache holds for `specs` on `tasks`."""
+    results = {}
+    for spec in specs:
+        found = {t.metadata.name: cached_result(cache, spec, t.metadata.name) for t in leaf_tasks(tasks)}
+        results[spec.label] = {name: result for name, result in found.items() if result is not None}
+    not_applicable = {
+        spec.label: {t.metadata.name for t in tasks if not supports_lexical_search(t)}
+        for spec in specs
+        if spec.is_lexical
+    }
+    return summarize(results, tasks, not_applicable)
+
+
+def _write_settings(
+    specs: Sequence[ModelSpec], tasks: Sequence[AbsTask], settings: EvalSettings, out_dir: Path
+) -> Path:
+    """settings.json: the uniform protocol, each model's identity, the tasks and library versions."""
+    from importlib.metadata import version
+
+    record = {
+        "settings": settings.to_dict(),
+        "models": [
+            {
+                "label": s.label,
+                "kind": s.kind,
+                "source": s.source,
+                "mteb_name": s.meta.name,
+                "revision": s.meta.revision,
+                "experiment": s.meta.experiment_name,
+            }
+            for s in specs
+        ],
+        "tasks": [t.metadata.name for t in tasks],
+        "versions": {p: version(p) for p in ("mteb", "sentence-transformers", "transformers", "torch")},
+    }
+    path = out_dir / "settings.json"
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,94 @@
+"""Select the tasks of a run: by name, by benchmark, and/or by task type; unknown names suggest close ones.
+
+Names resolve against neoembed's local WordNet tasks first, then mteb's task registry. The pseudo-benchmark
+``neoembed-local`` is all local tasks; any other benchmark name is an mteb benchmark. ``--task-types`` alone
+filters the default benchmark, MTEB(eng, v1).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import get_args
+
+import mteb
+from mteb import AbsTask
+from mteb.abstasks.aggregated_task import AbsTaskAggregate
+from mteb.abstasks.retrieval import AbsTaskRetrieval
+
+from neoembed.evaluation.local_tasks import LOCAL_TASKS
+
+LOCAL_BENCHMARK = "neoembed-local"
+DEFAULT_BENCHMARK = "MTEB(eng, v1)"
+
+
+class TaskSelectionError(ValueError):
+    """An unknown task, task type or benchmark name; the message lists the closest valid names."""
+
+
+def _closest(name: str, candidates: Sequence[str], what: str) -> TaskSelectionError:
+    lowered = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=5, cutoff=0.5)
+    hint = f"closest: {', '.join(lowered[c] for c in close)}" if close else "no close match"
+    return TaskSelectionError(f"unknown {what} {name!r} ({hint})")
+
+
+def task_types() -> tuple[str, ...]:
+    from mteb.abstasks.task_metadata import TaskType
+
+    return get_args(TaskType)
+
+
+def _task_names() -> list[str]:
+    registered = [t.metadata.name for t in mteb.get_tasks(exclude_superseded=False, exclude_beta=False)]
+    return [*LOCAL_TASKS, *registered]
+
+
+def get_task(name: str) -> AbsTask:
+    """A local task or an mteb task by exact name (mteb's names are case-sensitive, as are ours)."""
+    if name in LOCAL_TASKS:
+        return LOCAL_TASKS[name]()
+    try:
+        return mteb.get_task(name)
+    except KeyError:
+        raise _closest(name, _task_names(), "task") from None
+
+
+def get_benchmark_tasks(name: str) -> list[AbsTask]:
+    if name == LOCAL_BENCHMARK:
+        return [cls() for cls in LOCAL_TASKS.values()]
+    try:
+        return list(mteb.get_benchmark(name).tasks)
+    except KeyError:
+        names = [LOCAL_BENCHMARK, *(b.name for b in mteb.get_benchmarks())]
+        raise _closest(name, names, "benchmark") from None
+
+
+def select_tasks(
+    tasks: Sequence[str] = (), benchmark: str | None = None, types: Sequence[str] = ()
+) -> list[AbsTask]:
+    """Tasks named in `tasks` plus those of `benchmark`, kept if their type is in `types` (when given)."""
+    valid_types = task_types()
+    for task_type in types:
+        if task_type not in valid_types:
+            raise _closest(task_type, valid_types, "task type")
+    if not tasks and not benchmark:
+        if not types:
+            raise TaskSelectionError("no tasks selected: give --tasks, --benchmark or --task-types")
+        benchmark = DEFAULT_BENCHMARK
+    selected = [get_task(name) for name in dict.fromkeys(tasks)]
+    if benchmark:
+        named = {t.metadata.name for t in selected}
+        selected += [t for t in get_benchmark_tasks(benchmark) if t.metadata.name not in named]
+    if types:
+        selected = [t for t in selected if t.metadata.type in types]
+        if not selected:
+            raise TaskSelectionError(f"no selected task has a type in {', '.join(types)}")
+    return selected
+
+
+def supports_lexical_search(task: AbsTask) -> bool:
+    """Whether a search-only model such as bm25 can run `task` (retrieval and reranking tasks)."""
+    if isinstance(task, AbsTaskAggregate):
+        return all(supports_lexical_search(sub) for sub in task.metadata.tasks)
+    return isinstance(task, AbsTaskRetrieval)
