@@ -29,6 +29,10 @@ from neoembed.cli import index, search  # noqa: E402
 app.add_typer(index.app, name="index")
 app.command("search")(search.search)
 
+from neoembed.cli import mteb_eval  # noqa: E402
+
+app.command("mteb-eval")(mteb_eval.mteb_eval)
+
 from neoembed.cli import build_data  # noqa: E402
 
 app.command("build-data")(build_data.build_data)
