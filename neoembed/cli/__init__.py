@@ -36,3 +36,7 @@ app.command("mteb-eval")(mteb_eval.mteb_eval)
 from neoembed.cli import build_data  # noqa: E402
 
 app.command("build-data")(build_data.build_data)
+
+from neoembed.cli import serve  # noqa: E402
+
+app.command("serve")(serve.serve)
