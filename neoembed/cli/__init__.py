@@ -20,8 +20,11 @@ def main() -> None:
 
 
 # Verb registration: one line per module keeps the command list readable in one place.
-from neoembed.cli import bench  # noqa: E402
+from neoembed.cli import bench, encode, info, quickstart  # noqa: E402
 
+app.command()(info.info)
+app.command()(encode.encode)
+app.command()(quickstart.quickstart)
 app.add_typer(bench.app, name="bench")
 
 from neoembed.cli import index, search  # noqa: E402

@@ -4,9 +4,83 @@ Each command times its variants inside one run on this machine, prints ratios, a
 markdown table under its output directory.
 """
 
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(
     help="Benchmarks: each writes JSON and a markdown table and prints ratios measured in one run.",
     no_args_is_help=True,
 )
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+@app.command("encode")
+def encode(
+    configs: str = typer.Option("tiny,full", help="NeoBERT sizes: tiny (2x64) and/or full (28x768, 250M)."),
+    dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16 weights (norms and RoPE stay fp32)."),
+    lengths: str = typer.Option(
+        "128,512,1024", help="Fixed sequence lengths; a mixed 16..512 batch is added."
+    ),
+    repeats: int = typer.Option(2, min=1, help="Timed runs per path; the best is kept."),
+    threads: int = typer.Option(2, min=1, help="torch CPU threads."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto."),
+    tokens_per_batch: int = typer.Option(0, min=0, help="Tokens per timed batch (0: 8192 tiny, 2048 full)."),
+    out: Path = typer.Option(Path("runs/bench/encode"), help="Directory for encode.json and encode.md."),
+):
+    """NeoBERT forward throughput: padded vs unpadded path on fixed and mixed lengths."""
+    from neoembed.bench import encode as bench_encode
+
+    unknown = [c for c in _csv(configs) if c not in bench_encode.CONFIGS]
+    if unknown:
+        raise typer.BadParameter(f"unknown config(s) {unknown}; choose from {list(bench_encode.CONFIGS)}")
+    bad_dtypes = [d for d in _csv(dtypes) if d not in ("fp32", "bf16")]
+    if bad_dtypes:
+        raise typer.BadParameter(f"unknown dtype(s) {bad_dtypes}; choose fp32 and/or bf16")
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    result = bench_encode.run(
+        configs=_csv(configs),
+        dtypes=_csv(dtypes),
+        fixed_lengths=[int(n) for n in _csv(lengths)],
+        repeats=repeats,
+        threads=threads,
+        device=device,
+        tokens_per_batch=tokens_per_batch or None,
+        out_dir=out,
+    )
+    typer.echo(result["table"])
+    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+
+
+@app.command("index")
+def index(
+    n: int = typer.Option(200_000, min=1000, help="Synthetic structured vectors in the base set."),
+    dim: int = typer.Option(384, min=8, help="Dimension of the synthetic vectors."),
+    queries: int = typer.Option(1000, min=10, help="Held-out queries per vector set."),
+    target_recall: float = typer.Option(0.95, help="recall@10 each candidate is tuned to reach."),
+    threads: int = typer.Option(2, min=1, help="faiss and torch threads."),
+    wordnet: bool = typer.Option(True, help="Also bench the WordNet glosses embedded by --model."),
+    wordnet_limit: int = typer.Option(0, min=0, help="Use only the first N WordNet synsets (0: all 117k)."),
+    model: str = typer.Option("minilm", help="Embedder for the WordNet set."),
+    out: str = typer.Option(
+        "runs/bench/index", help="Directory for index.json, index.md and cached vectors."
+    ),
+):
+    """FAISS candidates vs exact search: build time, size, tuned recall@10, batch and single-query QPS."""
+    from pathlib import Path
+
+    from neoembed.bench import index as bench_index
+
+    result = bench_index.run(
+        n=n, dim=dim, queries=queries, target=target_recall, threads=threads, wordnet=wordnet,
+        wordnet_limit=wordnet_limit or None, model=model, out_dir=Path(out),
+    )  # fmt: skip
+    typer.echo(result["table"])
+    typer.echo(result["summary"])
+    typer.echo(f"wrote {result['json']} and {result['markdown']}")

@@ -1,0 +1,1 @@
+"""Throughput and quality benchmarks behind `neoembed bench`."""

@@ -1,0 +1,35 @@
+"""`neoembed encode`: embed texts with any embedder and show their cosine similarities."""
+
+from pathlib import Path
+
+import typer
+
+
+def encode(
+    texts: list[str] = typer.Argument(None, help="Texts to embed (or use --file)."),
+    model: str = typer.Option(
+        "minilm", help="Embedder: a sentence-transformers directory, hub id, or minilm."
+    ),
+    file: Path = typer.Option(None, exists=True, dir_okay=False, help="A text file, one text per line."),
+    output: Path = typer.Option(None, help="Write the embeddings here (.npy, or .jsonl with the texts)."),
+    batch_size: int = typer.Option(32, min=1),
+    normalize: bool = typer.Option(True, help="L2-normalise the embeddings."),
+):
+    """Embed texts and print their cosine-similarity matrix; optionally save the embeddings."""
+    from neoembed.embedder import EmbedderError, load_embedder
+    from neoembed.embedding_io import load_texts, save_embeddings, similarity_table
+
+    items = load_texts(texts or [], file)
+    if not items:
+        raise typer.BadParameter("give texts as arguments or a non-empty --file")
+    try:
+        embedder = load_embedder(model)
+    except EmbedderError as err:
+        raise typer.BadParameter(str(err), param_hint="--model") from err
+    embeddings = embedder.encode(items, batch_size=batch_size, normalize_embeddings=normalize)
+    typer.echo(f"{model}: {len(items)} texts -> {embeddings.shape[1]}-dim embeddings")
+    if len(items) <= 12:
+        typer.echo(similarity_table(items, embeddings))
+    if output is not None:
+        save_embeddings(output, items, embeddings)
+        typer.echo(f"wrote {output}")

@@ -1,0 +1,5 @@
+"""The README's main job: the toolkit end to end on the embedded default, as resumable steps."""
+
+from neoembed.quickstart.pipeline import run_quickstart
+
+__all__ = ["run_quickstart"]

@@ -1,0 +1,35 @@
+"""`neoembed bench encode` measures both paths on the same batch and checks they agree."""
+
+import json
+
+from typer.testing import CliRunner
+
+from neoembed.bench.encode import build_cases, make_batch
+from neoembed.cli import app
+
+
+def test_cases_cover_fixed_and_mixed_lengths():
+    cases = build_cases([128, 1024], tokens_per_batch=2048, max_length=512, seed=0)
+    names = [case.name for case in cases]
+    assert names == ["fixed 128", "mixed 16..512"], "lengths above max_length are skipped"
+    assert cases[0].lengths == [128] * 16
+    assert all(16 <= n <= 512 for n in cases[1].lengths)
+
+
+def test_batches_are_padded_to_a_multiple_of_8():
+    ids, mask = make_batch([5, 13], vocab_size=30522, device="cpu", seed=0)
+    assert ids.shape == (2, 16) and mask.sum().item() == 18
+    assert (ids[mask == 0] == 0).all()
+
+
+def test_bench_encode_writes_json_and_markdown_with_equal_outputs(tmp_path):
+    args = ["bench", "encode", "--configs", "tiny", "--dtypes", "fp32", "--lengths", "64"]
+    args += ["--repeats", "1", "--tokens-per-batch", "512", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "encode.json").read_text())
+    assert [row["case"] for row in report["rows"]] == ["fixed 64", "mixed 16..512"]
+    for row in report["rows"]:
+        assert row["padded tok/s"] > 0 and row["unpadded tok/s"] > 0
+        assert row["max |diff|"] <= 1e-5, "padded and unpadded paths give the same hidden states"
+    assert "unpadded/padded" in (tmp_path / "encode.md").read_text()
