@@ -75,3 +75,19 @@ def test_installs_wordnet_base_into_an_empty_cache(tmp_path, monkeypatch):
     assert path == tmp_path / "cache" / "neoembed" / "wordnet"
     assert (path / "data.noun").stat().st_size > 10_000_000
     assert wordnet_dir() == path  # second call finds the cache, installs nothing
+
+
+def test_wordnet_source_reads_only_training_synsets():
+    from pathlib import Path
+
+    from neoembed.data.manifest import load_manifest
+    from neoembed.data.sources import open_source
+
+    manifest, _ = load_manifest(Path(__file__).resolve().parents[1] / "data_manifests" / "wordnet.yaml")
+    rows = open_source(manifest)
+    assert {split_of(s) for s in set(rows["synset"][:])} == {"train"}
+    pairs = rows["pair"][:]
+    train = [s for s in load_synsets() if split_of(s.id) == "train"]
+    assert pairs.count("lemmas_gloss") == len(train)
+    assert pairs.count("example_gloss") == sum(len(s.examples) for s in train)
+    assert pairs.count("synonyms") == sum(len(s.lemmas) * (len(s.lemmas) - 1) // 2 for s in train)

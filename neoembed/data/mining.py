@@ -26,7 +26,9 @@ class MiningConfig:
     # Nearest neighbours examined per query before the rule and the top-k cut. The rule drops the top of the
     # list, so this must reach well past k; sentence-transformers' default would be 10 * k + 1.
     candidates: int = 100
-    dtype: str = "float32"  # "bfloat16" encodes about 1.8x faster on CPUs with bf16 units (cosines within 0.01)
+    dtype: str = (
+        "float32"  # "bfloat16" encodes about 1.8x faster on CPUs with bf16 units (cosines within 0.01)
+    )
 
 
 @dataclass

@@ -30,6 +30,7 @@ def open_source(manifest: Manifest, local_root: Path | None = None):
 
 def _load(manifest: Manifest, subset: Subset, local: Path | None):
     from datasets import load_dataset
+    from datasets.exceptions import DatasetsError
 
     if local is not None:
         kwargs: dict = {}
@@ -46,7 +47,7 @@ def _load(manifest: Manifest, subset: Subset, local: Path | None):
         )
     try:
         return call()
-    except (OSError, ValueError, FileNotFoundError, ConnectionError) as err:
+    except (OSError, ValueError, DatasetsError) as err:
         raise SourceError(
             f"source {manifest.name}: cannot load {where}: {err}. "
             f"Without hub access, pass --local-data DIR with a copy in DIR/{manifest.name}."
@@ -77,20 +78,20 @@ def _retrieval(manifest: Manifest, local: Path | None):
             )
     pairs = [
         (str(q), str(d), s)
-        for q, d, s in zip(qrels["query-id"], qrels["corpus-id"], qrels["score"], strict=True)
+        for q, d, s in zip(qrels["query-id"][:], qrels["corpus-id"][:], qrels["score"][:])
         if s is not None and s > 0
     ]
     wanted_queries = {q for q, _, _ in pairs}
     wanted_docs = {d for _, d, _ in pairs}
     query_text = {
-        str(i): t for i, t in zip(queries["_id"], queries["text"], strict=True) if str(i) in wanted_queries
+        str(i): t for i, t in zip(queries["_id"][:], queries["text"][:]) if str(i) in wanted_queries
     }
-    titles = corpus["title"] if "title" in corpus.column_names else [""] * len(corpus)
-    docs = {
-        str(i): (title or "", text)
-        for i, title, text in zip(corpus["_id"], titles, corpus["text"], strict=True)
-        if str(i) in wanted_docs
-    }
+    docs = {}
+    for batch in corpus.iter(batch_size=50_000):  # streamed: only documents named by a qrel are kept
+        titles = batch.get("title") or [""] * len(batch["_id"])
+        for i, title, text in zip(batch["_id"], titles, batch["text"]):
+            if str(i) in wanted_docs:
+                docs[str(i)] = (title or "", text)
     rows = {"query": [], "title": [], "text": [], "score": []}
     for q, d, s in pairs:
         if q in query_text and d in docs:  # dangling ids are counted by the caller as rows not read

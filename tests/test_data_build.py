@@ -1,0 +1,189 @@
+"""build-data without mining: manifests, mapping of real source shapes, filters, dedup, leakage, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from test_data_fixtures import EVAL_TEXT, write_manifests, write_sources
+from typer.testing import CliRunner
+
+from neoembed.cli import app
+from neoembed.data.build import Build, BuildConfig, build
+from neoembed.data.manifest import ManifestError, load_manifest, load_manifests
+
+REPO = Path(__file__).resolve().parents[1]
+RELEASE_SOURCES = {
+    "allnli", "amazonqa", "concurrentqa", "fever", "githubissues", "gooaq", "msmarco", "paq", "pubmedqa", "qqp",
+    "sentencecompression", "stackexchange-body", "stackexchange-post", "stackoverflowdupquestions", "sts12",
+    "stsbenchmark", "triviaqa", "wikihow",
+}  # fmt: skip
+PAPER_SOURCES = {"agnews", "npr", "medmcqa", "yahooanswers"}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("sources"))
+
+
+@pytest.fixture
+def config(tmp_path, sources):
+    eval_file = tmp_path / "eval.txt"
+    eval_file.write_text(EVAL_TEXT.upper() + "\n")  # normalised match: case does not hide leakage
+    return BuildConfig(
+        manifests=write_manifests(tmp_path / "manifests"),
+        out=tmp_path / "out",
+        local_data=sources,
+        eval_texts=(eval_file,),
+        rows_per_shard=2,
+        mine=False,
+    )
+
+
+def read_source(out: Path, name: str) -> list[dict]:
+    return [r for p in sorted((out / name).glob("part-*.parquet")) for r in pq.read_table(p).to_pylist()]
+
+
+def test_repository_manifests_cover_every_source_and_validate():
+    manifests = load_manifests(REPO / "data_manifests")
+    assert set(manifests) == RELEASE_SOURCES | PAPER_SOURCES | {"wordnet"}
+    assert {n for n, (m, _) in manifests.items() if m.paper == "paper"} == PAPER_SOURCES
+    assert manifests["sts12"][0].options.min_score == 4.0
+    assert manifests["gooaq"][0].mapping.negatives == [f"negative_{i}" for i in range(1, 6)]
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ("unknown_field: 1\n", "field unknown_field: unknown field"),
+        ("mapping: {query: anchor, positive: 'pos[x'}\n", "field mapping.positive"),
+        ("options: {min_chars: many}\n", "field options.min_chars"),
+    ],
+)
+def test_manifest_errors_name_file_and_field(tmp_path, edit, field):
+    text = "name: bad\ndescription: d\ndataset: a/b\nlicence: l\npaper: release\n"
+    if not edit.startswith("mapping"):
+        text += "mapping: {query: anchor, positive: positive}\n"
+    path = tmp_path / "bad.yaml"
+    path.write_text(text + edit)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_missing_column_names_manifest_and_field(tmp_path, sources):
+    bad = "name: allnli\ndescription: d\ndataset: x/y\nconfig: triplet\nlicence: l\npaper: release\n"
+    bad += "mapping: {query: anchor, positive: answer}\n"
+    cfg = BuildConfig(
+        manifests=write_manifests(tmp_path / "m", ["allnli"], {"allnli": bad}),
+        out=tmp_path / "out",
+        local_data=sources,
+        mine=False,
+    )
+    with pytest.raises(ManifestError, match=r"manifest allnli: field mapping\.positive: .*'answer'"):
+        build(cfg)
+
+
+def test_maps_real_source_shapes_and_counts_every_drop(config):
+    stats = build(config)
+    allnli = read_source(config.out, "allnli")
+    assert allnli[0] == {
+        "query": "A man is playing a guitar.",
+        "positive": "A person plays music.",
+        "negatives": ["Nobody plays."],
+        "source": "allnli",
+    }
+    assert (
+        allnli[2]["query"] == "A woman reads" and allnli[2]["negatives"] == []
+    )  # cleaned, empty negative gone
+    dropped = stats["sources"]["allnli"]["dropped"]
+    assert (dropped["empty"], dropped["same_as_query"], dropped["too_short"], dropped["leakage"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
+    assert stats["sources"]["allnli"]["kept"] == len(allnli) == 3
+
+    (gooaq,) = read_source(config.out, "gooaq")
+    assert gooaq["negatives"] == [f"Dogs live about {8 + i} years." for i in range(1, 6)]
+    assert stats["sources"]["gooaq"]["dropped"]["duplicate"] == 1  # same pair as allnli, other punctuation
+
+    msmarco = read_source(config.out, "msmarco")
+    assert [(r["query"], r["positive"]) for r in msmarco] == [
+        ("capital of france", "The capital of France is Paris."),
+        ("what is photosynthesis", "Photosynthesis turns light into chemical energy."),
+    ]  # the score-0 qrel is not a positive
+
+    (qqp,) = read_source(config.out, "qqp")
+    assert qqp["positive"] == "What is the fastest way to learn Python?"
+    assert qqp["negatives"] == ["How do I learn Java?", "Is Python slow?"]
+    assert stats["sources"]["qqp"]["dropped"]["malformed"] == 1
+    assert stats["sources"]["qqp"]["malformed_example"] == {"row": 1, "error": "set.pos[0]: no element [0]"}
+
+    assert [r["query"] for r in read_source(config.out, "sts")] == ["A plane is taking off."]
+    assert stats["sources"]["sts"]["dropped"]["low_score"] == 1
+    assert stats["total"]["rows_out"] == sum(s["rows_out"] for s in stats["sources"].values()) == 8
+    markdown = (config.out / "stats.md").read_text()
+    assert "| allnli | 7 |" in markdown and "set.pos[0]: no element [0]" in markdown
+
+
+def test_rebuild_is_byte_identical(config, tmp_path):
+    build(config)
+    again = BuildConfig(**{**config.__dict__, "out": tmp_path / "again"})
+    build(again)
+    files = sorted(p.relative_to(config.out) for p in config.out.rglob("*") if p.is_file())
+    files = [f for f in files if f.name != "build.jsonl"]  # the log holds timings
+    assert any(f.suffix == ".parquet" for f in files)
+    for f in files:
+        assert (config.out / f).read_bytes() == (again.out / f).read_bytes(), f
+
+
+def test_resumes_after_a_crash_without_losing_or_duplicating_rows(config, tmp_path, monkeypatch):
+    reference = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "reference"}))
+    original = Build.build_unit
+    calls = []
+
+    def crash_on_fourth(self, unit):
+        calls.append(unit)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # as if killed while building the fourth part
+        original(self, unit)
+
+    monkeypatch.setattr(Build, "build_unit", crash_on_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        build(config)
+    assert not (config.out / "stats.json").exists()
+    first = config.out / calls[0].path
+    mtime = first.stat().st_mtime_ns
+    # A kill mid-write leaves a temporary file and possibly a part without its marker: both are redone.
+    (config.out / calls[1].path).with_suffix(".json").unlink()
+    (config.out / calls[1].path.parent / f".{calls[1].path.name}.tmp999").write_bytes(b"partial")
+
+    monkeypatch.setattr(Build, "build_unit", original)
+    resumed = build(config)
+    assert resumed == reference
+    assert first.stat().st_mtime_ns == mtime  # finished parts are not rebuilt
+    for name in reference["sources"]:
+        assert read_source(config.out, name) == read_source(tmp_path / "reference", name)
+
+
+def test_shards_split_the_units_and_merge_to_the_same_result(config, tmp_path):
+    reference = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "reference"}))
+    assert build(BuildConfig(**{**config.__dict__, "shard": (0, 2)})) is None  # half the units: no stats yet
+    merged = build(BuildConfig(**{**config.__dict__, "shard": (1, 2)}))
+    assert merged == reference
+
+
+def test_cli_builds_and_reports_errors(config, tmp_path):
+    runner = CliRunner()
+    args = ["build-data", "--manifests", str(config.manifests), "--out", str(config.out), "--sources", "all"]
+    args += ["--local-data", str(config.local_data), "--no-mine", "--max-rows", "0"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads((config.out / "stats.json").read_text())["total"]["rows_read"] == 15
+
+    result = runner.invoke(app, [*args[:5], "--sources", "nope"])
+    assert result.exit_code == 2 and "unknown source(s) ['nope']" in result.output

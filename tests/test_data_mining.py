@@ -1,0 +1,152 @@
+"""Hard-negative mining with the packaged MiniLM teacher: the positive-aware rule and its exclusions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from neoembed.data.build import BuildConfig, build
+from neoembed.data.mining import Miner, MiningConfig
+from neoembed.data.normalize import clean, text_key
+from neoembed.data.wordnet import load_synsets, split_of
+
+PAIRS = [
+    ("how do I bake sourdough bread", "Sourdough bread is baked from a fermented starter, flour and water."),
+    ("how long to boil an egg", "A soft-boiled egg takes about six minutes in boiling water."),
+    ("best way to brew coffee", "Pour-over coffee brewing gives a clean cup with bright flavours."),
+    ("how to make pizza dough", "Pizza dough needs flour, water, yeast and salt, kneaded and proofed."),
+    ("what is a sourdough starter", "A starter is flour and water fermented by wild yeast and bacteria."),
+    ("how to roast vegetables", "Roast vegetables in a hot oven with oil and salt until browned."),
+    ("how to train for a marathon", "Marathon training builds weekly mileage with one long run a week."),
+    ("how to improve running speed", "Interval sessions and tempo runs make runners faster."),
+    ("what shoes for trail running", "Trail running shoes have lugged soles for grip on mud and rock."),
+    ("how to stretch after a run", "Stretch calves, hamstrings and quads gently after running."),
+    ("what is the capital of france", "Paris is the capital and largest city of France."),
+    ("what is the capital of italy", "Rome is the capital city of Italy."),
+    ("largest city in germany", "Berlin is the largest city in Germany by population."),
+    ("how does photosynthesis work", "Plants use light to turn carbon dioxide and water into sugar."),
+    ("why is the sky blue", "Air scatters blue sunlight more than red light."),
+    ("how do vaccines work", "Vaccines train the immune system to recognise a pathogen."),
+    ("what causes tides", "The moon's gravity pulls the oceans and causes tides."),
+    ("how to fix a flat bike tyre", "Remove the tube, find the puncture, patch it and reinflate."),
+    ("how to learn python", "Python is learned fastest by writing small programs every day."),
+    ("what is a linked list", "A linked list stores elements in nodes that point to the next node."),
+]
+# A false negative for the first query: it answers it as well as its positive does, and belongs to another
+# row, so it sits in the candidate pool; the margin rule must keep it out of that query's negatives.
+PLANTED = ("sourdough bread baking", "To bake sourdough bread, mix a fermented starter with flour and water.")
+
+
+@pytest.fixture(scope="module")
+def miner():
+    return Miner(MiningConfig(num_negatives=3, candidates=50, batch_size=32))
+
+
+def keys(texts):
+    return np.array([text_key(clean(t)) for t in texts], dtype=np.uint64)
+
+
+def mine(miner, pairs, tmp_path):
+    queries, positives = [q for q, _ in pairs], [p for _, p in pairs]
+    return miner.mine(queries, keys(queries), positives, keys(positives), tmp_path)
+
+
+def test_margin_rule_removes_the_planted_false_negative(miner, tmp_path):
+    pairs = [*PAIRS, PLANTED]
+    negatives, stats = mine(miner, pairs, tmp_path)
+    model = miner.model
+    query, positive = pairs[0]
+    q, p, planted = model.encode([query, positive, PLANTED[1]], normalize_embeddings=True)
+    assert planted @ q > 0.95 * (p @ q)  # the planted text would be the hardest "negative" without the rule
+    assert PLANTED[1] not in negatives[0]
+    assert stats.dropped_margin > 0
+    for (query, positive), mined in zip(pairs, negatives):
+        assert positive not in mined and len(mined) <= 3
+        emb = model.encode([query, positive, *mined], normalize_embeddings=True)
+        scores = emb[2:] @ emb[0]
+        assert np.all(scores <= 0.95 * (emb[1] @ emb[0]) + 1e-5)  # every kept negative obeys the rule
+        assert np.all(np.diff(scores) <= 1e-5)  # hardest first
+
+
+def test_same_negatives_as_sentence_transformers_mine_hard_negatives(miner, tmp_path):
+    from datasets import Dataset
+    from sentence_transformers.util import mine_hard_negatives
+
+    negatives, _ = mine(miner, PAIRS, tmp_path)
+    reference = mine_hard_negatives(
+        Dataset.from_dict({"query": [q for q, _ in PAIRS], "positive": [p for _, p in PAIRS]}),
+        miner.model,
+        relative_margin=0.05,
+        num_negatives=3,
+        range_max=50,
+        output_format="n-tuple",
+        use_faiss=True,
+        verbose=False,
+    )
+    ours = {q: n for (q, _), n in zip(PAIRS, negatives)}
+    assert len(reference) >= len(PAIRS) // 2
+    for row in reference:
+        assert ours[row["query"]] == [row[f"negative_{i}"] for i in (1, 2, 3)]
+
+
+def test_positive_duplicates_other_positives_and_the_query_itself_are_never_negatives(miner, tmp_path):
+    pairs = [
+        *PAIRS,
+        ("what is the capital of france", "The capital of France is the city of Paris."),  # second positive
+        (
+            "PARIS IS THE CAPITAL AND LARGEST CITY OF FRANCE!",
+            "Paris, France's capital.",
+        ),  # query = a positive
+    ]
+    negatives, stats = mine(miner, pairs, tmp_path)
+    france = {pairs[10][1], pairs[-2][1]}
+    assert not france & set(negatives[10]) and not france & set(negatives[-2])
+    assert negatives[10] == negatives[-2]  # one query, mined once
+    assert pairs[10][1] not in negatives[-1]  # near-duplicate of the query (case, punctuation)
+    assert stats.dropped_positive >= len(pairs)
+
+
+def test_encoding_resumes_from_the_last_flushed_chunk(tmp_path):
+    miner = Miner(MiningConfig(chunk_rows=8))
+    texts = [p for _, p in PAIRS]
+    full = np.array(miner.encode(texts, tmp_path / "a.npy"))
+    partial = miner.encode(texts, tmp_path / "b.npy")
+    partial[0] = 7.0  # a marker: chunk one must not be encoded again
+    partial[8:] = 0.0  # as if killed after the first chunk was flushed
+    partial.flush()
+    (tmp_path / "b.progress").write_text("8")
+    resumed = np.array(miner.encode(texts, tmp_path / "b.npy"))
+    assert np.all(resumed[0] == 7.0)
+    np.testing.assert_array_equal(resumed[1:], full[1:])
+
+
+def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
+    from pathlib import Path
+
+    manifests = Path(__file__).resolve().parents[1] / "data_manifests"
+    stats = build(
+        BuildConfig(
+            manifests=manifests,
+            out=tmp_path,
+            sources=("wordnet",),
+            max_rows=150,
+            rows_per_shard=100,
+            mining=MiningConfig(batch_size=64),
+        )
+    )
+    rows = [
+        r for p in sorted((tmp_path / "wordnet").glob("part-*.parquet")) for r in pq.read_table(p).to_pylist()
+    ]
+    assert (
+        len(rows) == stats["sources"]["wordnet"]["rows_out"] > 100
+        and stats["sources"]["wordnet"]["parts"] == 2
+    )
+    assert stats["sources"]["wordnet"]["negatives_per_row"] > 1
+    train = set()
+    for s in load_synsets():
+        texts = {s.gloss, ", ".join(s.lemmas), *s.lemmas, *s.examples}
+        if split_of(s.id) == "train":
+            train.update(texts)
+    for row in rows:
+        assert row["query"] in train and row["positive"] in train
