@@ -111,6 +111,10 @@ def mteb_eval(
     prompt: Annotated[
         list[str] | None, typer.Option("--prompt", help="Repeatable KEY=TEXT prompt (none by default).")
     ] = None,
+    datasets_dir: Annotated[
+        Path | None,
+        typer.Option(help="Local copies of mteb datasets as DIR/<org>/<name> (e.g. DIR/mteb/sts12-sts)."),
+    ] = None,
     device: Annotated[
         str | None, typer.Option(help="Torch device (default: sentence-transformers' choice).")
     ] = None,
@@ -119,7 +123,7 @@ def mteb_eval(
     """Evaluate models on MTEB tasks under one protocol; cached per model and task, resumable."""
     from neoembed.evaluation.models import EvalSettings, ModelLoadError
     from neoembed.evaluation.runner import resolve_models, run_evaluation
-    from neoembed.evaluation.tasks import TaskSelectionError, select_tasks
+    from neoembed.evaluation.tasks import TaskSelectionError, select_tasks, use_local_datasets
 
     if threads:
         import torch
@@ -129,6 +133,11 @@ def mteb_eval(
         selected = select_tasks(_split(tasks), benchmark, _split(task_types))
     except TaskSelectionError as err:
         raise typer.BadParameter(str(err), param_hint="--tasks/--benchmark/--task-types") from err
+    if datasets_dir is not None:
+        if not datasets_dir.is_dir():
+            raise typer.BadParameter(f"{datasets_dir} is not a directory", param_hint="--datasets-dir")
+        local = use_local_datasets(selected, datasets_dir)
+        console.print(f"local dataset copies for: {', '.join(local) or 'no selected task'}", markup=False)
     prompts = _read_prompts(prompts_file, prompt)
     _validate_prompt_keys(prompts, selected)
     try:

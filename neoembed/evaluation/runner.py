@@ -21,8 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from neoembed.evaluation.local_tasks import LOCAL_TASKS
 from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
-from neoembed.evaluation.summary import Summary, leaf_tasks, summarize, write_summary
-from neoembed.evaluation.tasks import supports_lexical_search
+from neoembed.evaluation.summary import Summary, summarize, write_summary
+from neoembed.evaluation.tasks import leaf_tasks, supports_lexical_search
 
 LOG_NAME = "mteb_eval.jsonl"
 

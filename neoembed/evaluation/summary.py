@@ -33,14 +33,6 @@ class Row:
     parts: tuple[AbsTask, ...]
 
 
-def leaf_tasks(tasks: Sequence[AbsTask]) -> list[AbsTask]:
-    """The tasks that produce result files: aggregates replaced by their subtasks."""
-    leaves = []
-    for task in tasks:
-        leaves += list(task.metadata.tasks) if isinstance(task, AbsTaskAggregate) else [task]
-    return leaves
-
-
 def summary_rows(tasks: Sequence[AbsTask]) -> list[Row]:
     import mteb
 

@@ -8,7 +8,9 @@ filters the default benchmark, MTEB(eng, v1).
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import get_args
 
 import mteb
@@ -40,7 +42,9 @@ def task_types() -> tuple[str, ...]:
 
 
 def _task_names() -> list[str]:
-    registered = [t.metadata.name for t in mteb.get_tasks(exclude_superseded=False, exclude_beta=False)]
+    with warnings.catch_warnings():  # instantiating every task warns about each beta one
+        warnings.simplefilter("ignore")
+        registered = [t.metadata.name for t in mteb.get_tasks(exclude_superseded=False, exclude_beta=False)]
     return [*LOCAL_TASKS, *registered]
 
 
@@ -92,3 +96,30 @@ def supports_lexical_search(task: AbsTask) -> bool:
     if isinstance(task, AbsTaskAggregate):
         return all(supports_lexical_search(sub) for sub in task.metadata.tasks)
     return isinstance(task, AbsTaskRetrieval)
+
+
+def use_local_datasets(tasks: Sequence[AbsTask], datasets_dir: Path) -> list[str]:
+    """Point mteb tasks at local copies of their hub datasets: ``datasets_dir/<org>/<name>`` (a clone or
+    download of the dataset repository, e.g. ``mteb/sts12-sts``). Returns the names of redirected tasks.
+
+    The copy is taken to be the revision the task pins; results keep that revision.
+    """
+    redirected = []
+    for task in leaf_tasks(tasks):
+        local = datasets_dir / task.metadata.dataset["path"]
+        if task.metadata.name in LOCAL_TASKS or not local.is_dir():
+            continue
+        # A per-instance copy: task classes share one metadata object.
+        task.metadata = task.metadata.model_copy(
+            update={"dataset": {**task.metadata.dataset, "path": str(local)}}
+        )
+        redirected.append(task.metadata.name)
+    return redirected
+
+
+def leaf_tasks(tasks: Sequence[AbsTask]) -> list[AbsTask]:
+    """The tasks that load data and produce result files: aggregates replaced by their subtasks."""
+    leaves = []
+    for task in tasks:
+        leaves += list(task.metadata.tasks) if isinstance(task, AbsTaskAggregate) else [task]
+    return leaves
