@@ -43,10 +43,9 @@ def load_embedder(
 ):
     """Load `name` as a `SentenceTransformer`.
 
-    Importing neoembed first registers NeoBERT with the transformers Auto classes, so NeoBERT directories
-    load through the built-in Transformer module without remote code.
+    NeoBERT directories load through the built-in Transformer module without remote code: importing this
+    module ran `neoembed/__init__.py`, which registers NeoBERT with the transformers Auto classes.
     """
-    import neoembed  # noqa: F401  (registers NeoBERT with the Auto classes)
     from sentence_transformers import SentenceTransformer
 
     resolved = resolve_model_name(name)
