@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
-AttentionBackend = Literal["auto", "sdpa", "eager", "unpadded"]
 ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "unpadded")
 
 # RoPE scalings whose inverse frequencies transformers computes for us (ROPE_INIT_FUNCTIONS).

@@ -9,6 +9,9 @@ with no missing or unexpected keys. The forward accepts two layouts:
 A padded batch is run unpadded (linear layers on real tokens only) when the config's `attn_backend` says so,
 or by default whenever it contains padding; the outputs are the same as the padded path's at real tokens.
 Padding positions of `last_hidden_state` are zero on the unpadded path.
+
+config.py, rope.py, attention.py and this file import only torch, transformers and each other (relatively), so
+an exported model directory can carry them as remote code for environments without neoembed.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
-from neoembed.pretrain.attention import PaddedBatch, VarlenBatch
-from neoembed.pretrain.config import NeoBERTConfig
-from neoembed.pretrain.rope import RotaryEmbedding, apply_rotary
+from .attention import PaddedBatch, VarlenBatch
+from .config import NeoBERTConfig
+from .rope import RotaryEmbedding, apply_rotary
 
 
 class RMSNorm(nn.Module):
