@@ -1,0 +1,94 @@
+"""Serving beyond the default app: an index on POST /search, and a NeoBERT sentence-transformers directory."""
+
+import json
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from neoembed.embedder import load_embedder
+from neoembed.index import build_index
+from neoembed.pretrain import NeoBERTModel, tiny_config
+from neoembed.pretrain.tokenizer import load_tokenizer
+from neoembed.serve import ServeSettings, create_app, serve_in_thread
+
+DOCS = [
+    ("cat", "The cat is a small domesticated carnivorous mammal.", "animals"),
+    ("piano", "A piano is a keyboard instrument whose strings are struck by hammers.", "music"),
+    ("rain", "Rain is water falling in drops from clouds.", "weather"),
+    ("bread", "Bread is a staple food baked from a dough of flour and water.", "food"),
+    ("jazz", "Jazz is a music genre that originated in New Orleans.", "music"),
+    ("volcano", "A volcano is a rupture in the crust through which lava escapes.", "geology"),
+]
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_path):
+    return load_embedder(str(minilm_path))
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, minilm_path):
+    root = tmp_path_factory.mktemp("serve-index")
+    corpus = root / "docs.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"id": i, "text": t, "topic": topic}) + "\n" for i, t, topic in DOCS)
+    )
+    build_index([corpus], root / "index", model=str(minilm_path), tune_queries=len(DOCS))
+    return root / "index"
+
+
+@pytest.fixture(scope="module")
+def neobert_dir(tmp_path_factory):
+    """A tiny random NeoBERT saved as a sentence-transformers directory (mean pooling)."""
+    root = tmp_path_factory.mktemp("neobert")
+    NeoBERTModel(tiny_config()).eval().save_pretrained(root / "backbone")
+    load_tokenizer(max_length=128).save_pretrained(root / "backbone")
+    SentenceTransformer(str(root / "backbone"), device="cpu").save(str(root / "embedder"))
+    return root / "embedder"
+
+
+def test_search_returns_ranked_documents_with_metadata(index_dir, minilm_path, minilm):
+    settings = ServeSettings(model=str(minilm_path), index=index_dir)
+    with serve_in_thread(create_app(settings, model=minilm)) as base:
+        info = httpx.get(f"{base}/info").json()["index"]
+        assert info["documents"] == len(DOCS)
+        body = {"query": ["an instrument with keys and hammers", "lava and eruptions"], "k": 3}
+        results = httpx.post(f"{base}/search", json=body).json()["results"]
+        assert [r["query"] for r in results] == body["query"]
+        top = [r["hits"][0] for r in results]
+        assert [h["id"] for h in top] == ["piano", "volcano"]
+        assert top[0]["metadata"] == {"topic": "music"} and top[0]["text"] == DOCS[1][1]
+        hits = results[0]["hits"]
+        assert [h["rank"] for h in hits] == [1, 2, 3]
+        assert hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+        # Scores are cosine similarities of the served model's embeddings.
+        query, doc = minilm.encode([body["query"][0], DOCS[1][1]], normalize_embeddings=True)
+        assert hits[0]["score"] == pytest.approx(float(query @ doc), abs=1e-4)
+        bad = httpx.post(f"{base}/search", json={"query": "x", "k": 0})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "k"
+
+
+def test_index_built_with_another_model_is_refused_at_start(index_dir, neobert_dir):
+    with pytest.raises(ValueError, match="was built with .* not with the served model"):
+        create_app(ServeSettings(model=str(neobert_dir), index=index_dir))
+
+
+def test_serves_a_neobert_sentence_transformers_directory(neobert_dir):
+    # The real loading path (load_embedder via the settings), as `neoembed serve --model DIR` does.
+    app = create_app(ServeSettings(model=str(neobert_dir)))
+    reference = SentenceTransformer(str(neobert_dir), device="cpu")
+    texts = ["a short one", "a much longer sentence with many more words in it than the first"]
+    with serve_in_thread(app) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+        response = client.embeddings.create(input=texts, model="neobert")
+        info = httpx.get(f"{base}/info").json()
+    assert response.model == "embedder"  # the directory's name
+    assert (info["dimension"], info["max_input_length"]) == (64, 128)
+    got = np.array([d.embedding for d in response.data])
+    with torch.no_grad():
+        expected = reference.encode(texts, normalize_embeddings=True)  # /v1/embeddings returns unit vectors
+    np.testing.assert_allclose(got, expected, atol=1e-5)
