@@ -130,11 +130,11 @@ class Build:
             return
         started = time.perf_counter()
         staging, _ = staging_paths(self.out, unit.source)
-        table = pq.read_table(staging).slice(unit.start, unit.stop - unit.start)
+        table = _read_rows(staging, unit.start, unit.stop)
         negatives = table["negatives"].to_pylist()
         stats = MiningStats()
         if unit.mine and table.num_rows > 1:
-            workdir = self.out / "work" / unit.source / f"part-{unit.part:05d}"
+            workdir = self._workdir(unit)
             mined, stats = self.miner.mine(
                 table["query"].to_pylist(),
                 table["query_key"].to_numpy(),
@@ -161,7 +161,7 @@ class Build:
             },
         )
         if unit.mine:
-            shutil.rmtree(self.out / "work" / unit.source / f"part-{unit.part:05d}", ignore_errors=True)
+            shutil.rmtree(self._workdir(unit), ignore_errors=True)
         self.log(
             "part",
             source=unit.source,
@@ -171,6 +171,10 @@ class Build:
             mining_seconds={k: round(v, 3) for k, v in seconds.items()},
             **({"mined": stats.mined, "dropped_margin": stats.dropped_margin} if unit.mine else {}),
         )
+
+    def _workdir(self, unit: Unit) -> Path:
+        """Where a unit's embeddings live while it is mined; the fingerprint keeps stale ones from being reused."""
+        return self.out / "work" / unit.source / f"part-{unit.part:05d}-{unit.fingerprint[:12]}"
 
     @property
     def miner(self) -> Miner:
@@ -220,6 +224,21 @@ class Build:
         return stats
 
 
+def _read_rows(path: Path, start: int, stop: int) -> pa.Table:
+    """Rows [start, stop) of a parquet file, reading only the row groups that hold them (bounded memory)."""
+    file = pq.ParquetFile(path)
+    groups, first, offset = [], None, 0
+    for index in range(file.num_row_groups):
+        size = file.metadata.row_group(index).num_rows
+        if offset + size > start and offset < stop:
+            groups.append(index)
+            first = offset if first is None else first
+        offset += size
+    if not groups:
+        return file.schema_arrow.empty_table()
+    return file.read_row_groups(groups).slice(start - first, stop - start)
+
+
 def _merge(given: list[str], mined: list[str]) -> list[str]:
     """Given negatives first, then mined ones that are not copies of a given one."""
     if not given:
@@ -243,6 +262,7 @@ def _source_stats(staged: dict, parts: list[dict]) -> dict:
     return {
         "rows_read": staged["rows_read"],
         "rows_available": staged["rows_available"],
+        "expected_rows": staged["expected_rows"],
         "dropped": staged["dropped"],
         "kept": staged["kept"],
         "rows_out": rows,

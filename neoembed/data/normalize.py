@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
 
-_SPACE = re.compile(r"\s+")
-_NON_WORD = re.compile(r"[\W_]+")
+# Every non-alphanumeric character up to the CJK symbols block becomes a space in the dedup key. A translate
+# table is about 3x faster than the equivalent `[\W_]+` regex, which dominated stage-1 time.
+_KEY_TABLE = {cp: " " for cp in range(0x3040) if not chr(cp).isalnum()}
 _PAIR_MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant: pair = q * mix + p (mod 2**64)
 _MASK = (1 << 64) - 1
 
@@ -29,12 +29,14 @@ REASONS = (
 
 def clean(text: str) -> str:
     """NFC, whitespace runs collapsed to one space, trimmed: what is stored."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+    if not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
+    return " ".join(text.split())
 
 
 def text_key(text: str) -> int:
     """64-bit hash of the text casefolded with punctuation and spacing removed: what dedup compares."""
-    canonical = _NON_WORD.sub(" ", text.casefold()).strip()
+    canonical = " ".join(text.casefold().translate(_KEY_TABLE).split())
     return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=8).digest(), "little")
 
 
@@ -56,7 +58,9 @@ class Limits:
     min_score: float | None
 
 
-def check(query: str, positive: str, query_key: int, positive_key: int, score, limits: Limits) -> str | None:
+def check(
+    query: str, positive: str, query_key: int, positive_key: int, score: float | None, limits: Limits
+) -> str | None:
     """The first filter a cleaned (query, positive) fails, or None to keep the row."""
     if not query or not positive:
         return "empty"
@@ -66,7 +70,7 @@ def check(query: str, positive: str, query_key: int, positive_key: int, score, l
         return "too_long"
     if query_key == positive_key:
         return "same_as_query"
-    if limits.min_score is not None and (score is None or float(score) < limits.min_score):
+    if limits.min_score is not None and (score is None or score < limits.min_score):
         return "low_score"
     return None
 

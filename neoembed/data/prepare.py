@@ -114,6 +114,7 @@ def prepare_source(
                     query, positive = values["query"], values["positive"]
                     if not isinstance(query, str | type(None)) or not isinstance(positive, str | type(None)):
                         raise RowError("query and positive must be strings")
+                    score = _number(values.get("score"))
                 except RowError as err:
                     dropped["malformed"] += 1
                     if malformed_example is None:
@@ -121,7 +122,7 @@ def prepare_source(
                     continue
                 query, positive = clean(query or ""), clean(positive or "")
                 query_key, positive_key = text_key(query), text_key(positive)
-                reason = check(query, positive, query_key, positive_key, values.get("score"), limits)
+                reason = check(query, positive, query_key, positive_key, score, limits)
                 if reason is None and (query_key in leak_keys or positive_key in leak_keys):
                     reason = "leakage"
                 if reason is None:
@@ -141,7 +142,8 @@ def prepare_source(
                 query_lengths.append(len(query))
                 positive_lengths.append(len(positive))
                 negative_counts.append(len(negatives))
-            writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
+            if rows["query"]:
+                writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
             bar.update(len(batch[paths["query"].column]))
 
     stats = {
@@ -149,6 +151,7 @@ def prepare_source(
         "source": manifest.name,
         "rows_read": total,
         "rows_available": len(dataset),
+        "expected_rows": manifest.expected_rows,
         "kept": len(query_lengths),
         "dropped": dropped,
         "malformed_example": malformed_example,
@@ -159,6 +162,15 @@ def prepare_source(
     os.replace(tmp, parquet_path)
     write_json(marker, stats)
     return stats
+
+
+def _number(value) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise RowError(f"score: not a number: {value!r}") from None
 
 
 def _flatten(values: dict, paths: dict) -> list:

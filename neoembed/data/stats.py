@@ -66,6 +66,15 @@ def render_markdown(stats: dict) -> str:
             cells = [m["queries"], m["pool"], m["candidates"], m["dropped_positive"], m["dropped_margin"]]
             lines.append(_row([name, *cells, m["mined"], m["rows_short"]]))
 
+    off = {
+        n: s
+        for n, s in sources.items()
+        if s["expected_rows"] and abs(s["rows_available"] - s["expected_rows"]) > 0.01 * s["expected_rows"]
+    }
+    if off:
+        lines += ["", "## Sources whose size differs from their manifest's expected_rows by over 1%", ""]
+        lines += [f"- {n}: {s['rows_available']} rows, expected {s['expected_rows']}" for n, s in off.items()]
+
     malformed = {n: s["malformed_example"] for n, s in sources.items() if s["malformed_example"]}
     if malformed:
         lines += ["", "## Malformed rows (first example per source)", ""]
