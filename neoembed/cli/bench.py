@@ -84,3 +84,24 @@ def index(
     typer.echo(result["table"])
     typer.echo(result["summary"])
     typer.echo(f"wrote {result['json']} and {result['markdown']}")
+
+@app.command("build-data")
+def build_data(
+    rows: int = typer.Option(1_000_000, min=0, help="Synthetic rows for normalisation + dedup (0 skips)."),
+    mining_rows: int = typer.Option(3000, min=0, help="WordNet rows to mine negatives for (0 skips)."),
+    dtypes: str = typer.Option("float32,bfloat16", help="Teacher dtypes to compare for mining."),
+    threads: int = typer.Option(2, min=1, help="torch and faiss threads."),
+    batch_size: int = typer.Option(128, min=1, help="Teacher encoding batch size."),
+    keep: bool = typer.Option(False, help="Keep the generated data and builds under OUT/work."),
+    out: Path = typer.Option(Path("runs/bench/build-data"), help="Directory for build-data.json and .md."),
+):
+    """Contrastive builder: 1M-row normalise+dedup time and peak RSS, and mining pairs/s on WordNet."""
+    from neoembed.bench import build_data as bench_build_data
+
+    bad = [d for d in _csv(dtypes) if d not in ("float32", "bfloat16")]
+    if bad:
+        raise typer.BadParameter(f"unknown dtype(s) {bad}; choose float32 and/or bfloat16")
+    result = bench_build_data.run(rows, mining_rows, _csv(dtypes), threads, batch_size, out, keep)
+    typer.echo(result["table"])
+    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+
