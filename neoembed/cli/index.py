@@ -45,7 +45,7 @@ def clean_errors(threads: int | None = None):
     try:
         yield
     except (IndexingError, EmbedderError, WordNetError) as error:
-        err.print(f"[red]error:[/red] {error}", highlight=False)
+        err.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

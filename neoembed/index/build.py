@@ -22,7 +22,15 @@ from neoembed.index._faiss import faiss, set_threads
 from neoembed.index.corpus import Corpus, Document, read_corpus
 from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import choose_factory, faiss_metric
-from neoembed.index.manifest import METRICS, STORE_FILE, VECTORS_FILE, Manifest, Tuning, append_log
+from neoembed.index.manifest import (
+    MANIFEST_FILE,
+    METRICS,
+    STORE_FILE,
+    VECTORS_FILE,
+    Manifest,
+    Tuning,
+    append_log,
+)
 from neoembed.index.store import DocStore, read_vectors, vector_rows
 from neoembed.index.tune import exact_neighbors, tune
 
@@ -51,8 +59,6 @@ def _corpus_digest(documents: list[Document]) -> str:
 
 def _prepare_out_dir(out: Path, state: dict) -> int:
     """Create `out`, or find the unfinished build of the same corpus and model there: rows to resume from."""
-    if (out / "manifest.json").exists():
-        raise IndexingError(f"{out} already holds an index: use `neoembed index add` or choose another --out")
     if out.exists() and any(out.iterdir()):
         state_path = out / STATE_FILE
         if not state_path.exists() or json.loads(state_path.read_text()) != state:
@@ -68,22 +74,31 @@ def _prepare_out_dir(out: Path, state: dict) -> int:
     return 0
 
 
-def _train_and_fill(factory: str, vectors: np.ndarray, metric: str, seed: int):
-    n, dim = vectors.shape
+def _empty_index(factory: str, dim: int, metric: str, n: int):
+    """The untrained index for `factory`, checked before any embedding work is spent on it."""
     try:
         index = faiss.index_factory(dim, factory, faiss_metric(metric))
     except RuntimeError as err:
         raise IndexingError(f"invalid --factory {factory!r}: {str(err).strip().splitlines()[-1]}") from err
+    nlist = _nlist(index)
+    if n < nlist:
+        raise IndexingError(
+            f"factory {factory!r} needs at least {nlist} vectors to train, the corpus has {n}"
+        )
+    return index
+
+
+def _nlist(index) -> int:
+    try:
+        return faiss.extract_index_ivf(index).nlist
+    except RuntimeError:  # not an IVF index
+        return 0
+
+
+def _train_and_fill(index, factory: str, vectors: np.ndarray, seed: int):
+    n = len(vectors)
     if not index.is_trained:
-        try:
-            nlist = faiss.extract_index_ivf(index).nlist
-        except RuntimeError:
-            nlist = 0
-        if n < nlist:
-            raise IndexingError(
-                f"factory {factory!r} needs at least {nlist} vectors to train, the corpus has {n}"
-            )
-        size = min(n, max(MIN_TRAIN, 64 * nlist))
+        size = min(n, max(MIN_TRAIN, 64 * _nlist(index)))
         rows = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
         log.info("training %s on %d of %d vectors", factory, size, n)
         index.train(np.ascontiguousarray(vectors[rows]))
@@ -162,48 +177,34 @@ def build_index(
     if not 0 < target_recall <= 1:
         raise IndexingError(f"target recall must be in (0, 1], got {target_recall}")
     out = Path(out)
+    if (out / MANIFEST_FILE).exists():
+        raise IndexingError(f"{out} already holds an index: use `neoembed index add` or choose another --out")
     threads = set_threads(threads)
     corpus = read_corpus(sources, id_field=id_field, text_field=text_field)
+    docs = corpus.documents
     embedder, fingerprint = encode.load_model(model)
     dim = encode.dimension(embedder)
+    reason = "given by --factory"
+    if factory == "auto":
+        factory, reason = choose_factory(len(docs), dim, memory_bytes)
+    index = _empty_index(factory, dim, metric, len(docs))
     normalized = metric == "cosine"
-    state = {
-        "model_fingerprint": fingerprint,
-        "dimension": dim,
-        "normalized": normalized,
-        "corpus": _corpus_digest(corpus.documents),
-    }
+    state = {"model_fingerprint": fingerprint, "dimension": dim, "normalized": normalized,
+             "corpus": _corpus_digest(docs)}  # fmt: skip
     start = _prepare_out_dir(out, state)
     _report_skips(corpus, out)
-    docs = corpus.documents
-    encode.embed_to_file(
-        embedder,
-        [d.text for d in docs],
-        out / VECTORS_FILE,
-        normalize=normalized,
-        batch_size=batch_size,
-        start=start,
-        log_dir=out,
-    )
+    texts = [d.text for d in docs]
+    encode.embed_to_file(embedder, texts, out / VECTORS_FILE, normalize=normalized, batch_size=batch_size,
+                         start=start, log_dir=out)  # fmt: skip
     store = DocStore(out / STORE_FILE)
     store.append(docs, 0)
     store.close()
 
     vectors = read_vectors(out / VECTORS_FILE, dim, len(docs))
-    reason = "given by --factory"
-    if factory == "auto":
-        factory, reason = choose_factory(len(docs), dim, memory_bytes)
     log.info("index %s: %s", factory, reason)
-    index = _train_and_fill(factory, vectors, metric, seed)
-    fields = dict(
-        model=model,
-        model_fingerprint=fingerprint,
-        dimension=dim,
-        metric=metric,
-        normalized=normalized,
-        factory=factory,
-        factory_reason=reason,
-    )
+    _train_and_fill(index, factory, vectors, seed)
+    fields = dict(model=model, model_fingerprint=fingerprint, dimension=dim, metric=metric, normalized=normalized,
+                  factory=factory, factory_reason=reason)  # fmt: skip
     manifest = _tune_and_commit(index, vectors, out, fields, target_recall, tune_queries, threads, seed)
     (out / STATE_FILE).unlink(missing_ok=True)
     return manifest

@@ -80,10 +80,14 @@ def _txt_rows(path: Path) -> Iterator[tuple[str, object]]:
                 yield f"{path.name}:{number}", {"id": f"{path.stem}:{number}", "text": line.rstrip("\n")}
 
 
-def _wordnet_documents() -> Iterator[Document]:
+def wordnet_documents(synsets=None) -> Iterator[Document]:
+    """One document per WordNet synset (default: all of them): id = synset id, text = "lemmas: gloss".
+
+    The example sentences are left out of the text: they serve as held-out queries.
+    """
     from neoembed.data.wordnet import load_synsets
 
-    for synset in load_synsets():
+    for synset in load_synsets() if synsets is None else synsets:
         lemmas = ", ".join(lemma.replace("_", " ") for lemma in synset.lemmas)
         yield Document(synset.id, f"{lemmas}: {synset.gloss}", {"pos": synset.pos})
 
@@ -126,7 +130,7 @@ def read_corpus(sources: list[str | Path], *, id_field: str = "id", text_field: 
     first_seen: dict[str, str] = {}
     for source in sources:
         if str(source) == WORDNET:
-            located = ((f"wordnet:{d.id}", d) for d in _wordnet_documents())
+            located = ((f"wordnet:{d.id}", d) for d in wordnet_documents())
         else:
             located = (
                 pair

@@ -35,9 +35,9 @@ class Tuning:
     queries: int  # corpus vectors used as queries, their own document excluded from both result lists
     recall_at_10: float
     qps_batch: float  # all queries in one call
-    qps_single: float  # one query per call
+    qps_single: float  # one query per call, on one thread
     exact_qps_batch: float  # exact search (brute force) over the same vectors, same queries
-    threads: int
+    threads: int  # faiss threads for batch search and exact search
     curve: list[dict] = field(default_factory=list)  # every setting tried: value, recall_at_10, QPS
 
 

@@ -1,0 +1,149 @@
+"""`neoembed bench index`: build, tune and time each candidate FAISS index against exact search.
+
+Two vector sets: synthetic structured vectors (a Zipf-weighted Gaussian mixture in a low-dimensional latent
+space, mapped linearly to `dim` dimensions plus noise, then normalised: neighbours are meaningful the way
+they are for text embeddings, unlike uniform noise where every point is about equally far) and, optionally,
+the WordNet glosses embedded by MiniLM, queried with the example sentences of held-out synsets.
+
+For each candidate: build time (train + add), index size, the search parameter tuned to the target
+recall@10 on held-out queries, and batch and single-query QPS as ratios to exact Flat search in the same run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from neoembed.bench.report import markdown_table, write_report
+from neoembed.index._faiss import faiss, set_threads
+from neoembed.index.factory import choose_factory, ivf_lists, pq_subquantizers
+from neoembed.index.tune import exact_neighbors, measure, tune
+
+COLUMNS = ["set", "factory", "auto", "build_s", "size_mb", "param", "recall_at_10", "qps_batch", "x_exact_batch",
+           "qps_single", "x_exact_single"]  # fmt: skip
+
+
+def structured_vectors(n: int, dim: int, *, queries: int = 0, clusters: int = 1000, latent: int = 32,
+                       spread: float = 0.6, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(`n` base vectors, `queries` held-out query vectors) from one clustered distribution, unit norm."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, latent)).astype("float32")
+    weights = 1 / np.arange(1, clusters + 1) ** 0.5  # Zipf-like cluster sizes: a few big topics, a long tail
+    weights /= weights.sum()
+    projection = rng.standard_normal((latent, dim)).astype("float32") / np.sqrt(latent)
+
+    def draw(m: int) -> np.ndarray:
+        z = centres[rng.choice(clusters, m, p=weights)] + spread * rng.standard_normal(
+            (m, latent), dtype="float32"
+        )
+        x = z @ projection + 0.05 * rng.standard_normal((m, dim), dtype="float32")
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype("float32")
+
+    return draw(n), draw(queries)
+
+
+def candidates(n: int, dim: int) -> list[str]:
+    """Exact search first (the baseline), then the index families `auto` chooses among."""
+    nlist = ivf_lists(n)
+    return [
+        "Flat",
+        "HNSW32",
+        f"IVF{nlist},Flat",
+        f"IVF{nlist},SQ8",
+        f"IVF{nlist},PQ{pq_subquantizers(dim, dim)}",
+    ]
+
+
+def _bench_set(name: str, base: np.ndarray, queries: np.ndarray, target: float) -> list[dict]:
+    n, dim = base.shape
+    auto, _ = choose_factory(n, dim)
+    factories = candidates(n, dim)
+    if auto not in factories:
+        factories.append(auto)
+    truth, _ = exact_neighbors(queries, base, "cosine")  # all sets are unit-norm
+    exact = faiss.IndexFlatIP(dim)
+    exact.add(base)
+    rows = []
+    for factory in tqdm(factories, desc=f"{name}: candidates"):
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        start = time.perf_counter()
+        if not index.is_trained:
+            sample = np.random.default_rng(0).choice(
+                n, min(n, max(100_000, 64 * ivf_lists(n))), replace=False
+            )
+            index.train(base[np.sort(sample)])
+        index.add(base)
+        build_s = time.perf_counter() - start
+        params, _, _ = tune(index, queries, truth, target)
+        # Re-time the chosen setting, then exact search right after it: other processes' load changes
+        # over minutes, so each ratio compares two measurements taken seconds apart.
+        recall, qps_batch, qps_single = measure(index, queries, truth)
+        _, exact_batch, exact_single = measure(exact, queries, truth)
+        rows.append({
+            "set": name, "factory": factory, "auto": "yes" if factory == auto else "", "build_s": build_s,
+            "size_mb": faiss.serialize_index(index).nbytes / 2**20,
+            "param": ", ".join(f"{k}={v}" for k, v in params.items()) or "exact",
+            "recall_at_10": recall, "qps_batch": qps_batch, "x_exact_batch": qps_batch / exact_batch,
+            "qps_single": qps_single, "x_exact_single": qps_single / exact_single,
+        })  # fmt: skip
+    return rows
+
+
+def wordnet_vectors(out_dir: Path, model: str, limit: int | None, queries: int, threads: int):
+    """MiniLM vectors of the WordNet glosses (cached, resumable) and of held-out synsets' examples."""
+    from neoembed.data.wordnet import load_synsets, split_of
+    from neoembed.index import encode
+    from neoembed.index.corpus import wordnet_documents
+    from neoembed.index.store import read_vectors, vector_rows
+
+    docs = list(wordnet_documents())[:limit]
+    embedder, _ = encode.load_model(model)
+    dim = encode.dimension(embedder)
+    path = out_dir / f"wordnet-{model.replace('/', '_')}-{len(docs)}.f32"
+    done = vector_rows(path, dim)
+    if done < len(docs):
+        encode.embed_to_file(embedder, [d.text for d in docs], path, normalize=True, batch_size=64,
+                             start=done - done % encode.CHUNK, log_dir=out_dir)  # fmt: skip
+    kept = {d.id for d in docs}
+    examples = [
+        s.examples[0] for s in load_synsets() if s.examples and s.id in kept and split_of(s.id) == "heldout"
+    ]
+    xq = encode.embed(embedder, examples[:queries], normalize=True)
+    return np.ascontiguousarray(read_vectors(path, dim, len(docs))), xq
+
+
+def run(*, n: int, dim: int, queries: int, target: float, threads: int, wordnet: bool, wordnet_limit: int | None,
+        model: str, out_dir: Path) -> dict:  # fmt: skip
+    threads = set_threads(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base, xq = structured_vectors(n, dim, queries=queries)
+    rows = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target)
+    if wordnet:
+        wn_base, wn_q = wordnet_vectors(out_dir, model, wordnet_limit, queries, threads)
+        rows += _bench_set(
+            f"WordNet {len(wn_base) // 1000}k x {wn_base.shape[1]} ({model})", wn_base, wn_q, target
+        )
+    auto = next(r for r in rows if r["auto"])
+    verdict = auto["recall_at_10"] >= target and auto["x_exact_batch"] >= 3
+    summary = (
+        f"auto choice on {n} synthetic vectors: {auto['factory']} ({auto['param']}) recall@10 "
+        f"{auto['recall_at_10']:.3f} at {auto['x_exact_batch']:.1f}x exact batch QPS and "
+        f"{auto['x_exact_single']:.1f}x exact single-query QPS, {threads} threads "
+        f"(target: recall@10 >= {target} at >= 3x exact QPS: {'met' if verdict else 'NOT met'})"
+    )
+    table = markdown_table(rows, COLUMNS)
+    payload = {
+        "rows": rows,
+        "summary": summary,
+        "target_met": verdict,
+        "threads": threads,
+        "queries": queries,
+    }
+    json_path, md_path = write_report(out_dir, "index", payload, f"{table}\n\n{summary}")
+    return {"table": table, "summary": summary, "json": json_path, "markdown": md_path}

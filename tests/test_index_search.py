@@ -1,0 +1,225 @@
+"""Index directories built with the packaged MiniLM: search, memory-mapped reload, mismatch, add, export, CLI."""
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from neoembed.index import IndexingError, IndexMismatchError, Manifest, add_documents, build_index, load_index
+from neoembed.index import encode as index_encode
+from neoembed.index.store import read_vectors
+
+TOPICS = {
+    "astronomy": "the telescope showed the rings of saturn and the moons of jupiter",
+    "cooking": "simmer the tomatoes with garlic and basil to make a pasta sauce",
+    "cycling": "pump up the bicycle tyre and oil the chain before the ride",
+    "finance": "the central bank raised interest rates to slow inflation",
+    "music": "she practised the violin concerto every evening before the concert",
+    "gardening": "plant the tulip bulbs in autumn and water the roses in summer",
+}
+FACTORIES = ["Flat", "IVF4,Flat", "HNSW8"]
+
+
+def _write_corpus(path, topics, per_topic=12, prefix=""):
+    with path.open("w") as f:
+        for topic, sentence in topics.items():
+            for i in range(per_topic):
+                f.write(
+                    json.dumps(
+                        {"id": f"{prefix}{topic}-{i}", "text": f"{sentence} (part {i})", "topic": topic}
+                    )
+                    + "\n"
+                )
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return _write_corpus(tmp_path_factory.mktemp("corpus") / "docs.jsonl", TOPICS)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, corpus):
+    """One index directory per factory, built from the same corpus."""
+    root = tmp_path_factory.mktemp("indexes")
+    return {
+        f: build_index([corpus], root / f.replace(",", "_"), factory=f, threads=2, tune_queries=60)
+        for f in FACTORIES
+    } | {"root": root}
+
+
+def _dir(built, factory):
+    return built["root"] / factory.replace(",", "_")
+
+
+def test_manifest_records_model_dimension_and_measurements(built):
+    _, fingerprint = index_encode.load_model("minilm")
+    for factory in FACTORIES:
+        manifest = Manifest.load(_dir(built, factory))
+        assert manifest == built[factory]
+        assert (manifest.model, manifest.model_fingerprint, manifest.dimension) == (
+            "minilm",
+            fingerprint,
+            384,
+        )
+        assert (manifest.metric, manifest.normalized, manifest.factory, manifest.ntotal) == (
+            "cosine",
+            True,
+            factory,
+            72,
+        )
+        t = manifest.tuning
+        assert (
+            t.queries == 60
+            and t.threads == 2
+            and t.qps_batch > 0
+            and t.qps_single > 0
+            and t.exact_qps_batch > 0
+        )
+        assert t.recall_at_10 >= 0.95 and t.curve[-1]["recall_at_10"] == t.recall_at_10
+        vectors = read_vectors(_dir(built, factory) / "vectors.f32", 384)
+        assert vectors.shape == (72, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
+    assert built["IVF4,Flat"].search_params.keys() == {"nprobe"}
+    assert built["HNSW8"].search_params.keys() == {"efSearch"}
+    assert built["Flat"].search_params == {} and built["Flat"].tuning.recall_at_10 == 1.0
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_search_ranks_the_matching_topic_first(built, factory):
+    index = load_index(_dir(built, factory))
+    hits = index.search("which planets have moons and rings", k=5)
+    assert [h.rank for h in hits] == [1, 2, 3, 4, 5]
+    assert all(h.metadata["topic"] == "astronomy" and h.id.startswith("astronomy-") for h in hits)
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+    batch = index.search_batch(["raising interest rates", "garlic tomato sauce"], k=3)
+    assert [b[0].metadata["topic"] for b in batch] == ["finance", "cooking"]
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_memory_mapped_reload_returns_identical_results(built, factory):
+    directory = _dir(built, factory)
+    mapped, loaded = load_index(directory, mmap=True), load_index(directory, mmap=False)
+    queries = mapped.encode(list(TOPICS.values()) + ["something unrelated entirely"])
+    a, b = mapped.search_vectors(queries, k=10), loaded.search_vectors(queries, k=10)
+    assert [[(h.id, h.score) for h in row] for row in a] == [[(h.id, h.score) for h in row] for row in b]
+    index_file = str(directory / built[factory].index_file)
+    with open("/proc/self/maps") as maps:
+        assert index_file in maps.read()  # the index file is mapped, not read into memory
+
+
+def test_a_different_model_or_dimension_is_refused(built, tmp_path, minilm_path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    other = SentenceTransformer(str(minilm_path), device="cpu")
+    with torch.no_grad():
+        next(other.parameters())[0, 0] += 0.01  # a fine-tuned variant: same architecture, other weights
+    other.save(str(tmp_path / "other"))
+    directory = _dir(built, "Flat")
+    with pytest.raises(IndexMismatchError, match=r"is not the model the index .* was built with: 'minilm'"):
+        load_index(directory, model=str(tmp_path / "other")).search("saturn")
+    with pytest.raises(IndexMismatchError, match="query vectors have dimension 128, the index .* has 384"):
+        load_index(directory).search_vectors(np.zeros((1, 128), dtype="float32"))
+
+
+@pytest.mark.parametrize("factory", ["Flat", "HNSW8"])
+def test_add_then_search_finds_the_new_documents(built, tmp_path, factory):
+    directory = tmp_path / "index"
+    shutil.copytree(_dir(built, factory), directory)
+    new = _write_corpus(
+        tmp_path / "new.jsonl",
+        {"chess": "the grandmaster sacrificed her queen to checkmate the king"},
+        5,
+        "new-",
+    )
+    manifest = add_documents(directory, [new], threads=2, tune_queries=60)
+    assert manifest.ntotal == 77 and manifest.index_file != built[factory].index_file
+    assert not (directory / built[factory].index_file).exists()
+    hits = load_index(directory).search("a chess game ending in checkmate", k=5)
+    assert {h.id for h in hits} == {f"new-chess-{i}" for i in range(5)}
+    assert load_index(directory).search("saturn's rings", k=1)[0].metadata["topic"] == "astronomy"
+    with pytest.raises(IndexingError, match="5 document ids are already in .*new-chess-0"):
+        add_documents(directory, [new], threads=2)
+
+
+def test_export_writes_ids_texts_metadata_and_vectors(built, tmp_path):
+    directory = _dir(built, "HNSW8")
+    out = tmp_path / "export.parquet"
+    from neoembed.index import export_index
+
+    export_index(directory, out)
+    table = pq.read_table(out)
+    assert table.num_rows == 72 and table.column_names == ["id", "text", "metadata", "vector"]
+    assert table["id"][0].as_py() == "astronomy-0" and json.loads(table["metadata"][0].as_py()) == {
+        "topic": "astronomy"
+    }
+    vectors = np.stack(table["vector"].to_numpy(zero_copy_only=False))
+    assert np.array_equal(vectors, read_vectors(directory / "vectors.f32", 384))
+    fresh = load_index(directory).encode([table["text"][7].as_py()])[0]
+    assert float(fresh @ vectors[7]) > 0.999
+    assert json.loads(pq.read_schema(out).metadata[b"neoembed.manifest"])["factory"] == "HNSW8"
+
+
+def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkeypatch, built):
+    monkeypatch.setattr(index_encode, "CHUNK", 25)
+    real_embed, embedded = index_encode.embed, []
+
+    def embed_then_fail(model, texts, **kwargs):
+        if len(embedded) == 50:
+            raise KeyboardInterrupt  # the user stops the build after the first chunk
+        embedded.extend(texts)
+        return real_embed(model, texts, **kwargs)
+
+    monkeypatch.setattr(index_encode, "embed", embed_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        build_index([corpus], tmp_path / "index", threads=2, tune_queries=60)
+    assert not (tmp_path / "index" / "manifest.json").exists()
+    embedded.clear()
+    monkeypatch.setattr(
+        index_encode,
+        "embed",
+        lambda model, texts, **kw: embedded.extend(texts) or real_embed(model, texts, **kw),
+    )
+    manifest = build_index([corpus], tmp_path / "index", threads=2, tune_queries=60)
+    assert len(embedded) == 22  # only the chunks the first run did not finish
+    assert manifest.ntotal == 72 and not (tmp_path / "index" / "build_state.json").exists()
+    resumed = read_vectors(tmp_path / "index" / "vectors.f32", 384)
+    assert np.allclose(resumed, read_vectors(_dir(built, "Flat") / "vectors.f32", 384), atol=1e-5)
+
+
+def test_cli_build_search_export_and_clear_errors(corpus, tmp_path):
+    from neoembed.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "index"
+    result = runner.invoke(app, ["index", "build", "--corpus", str(corpus), "--out", str(out), "--threads", "2",
+                                 "--tune-queries", "50"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "72 documents, Flat (exact), recall@10 1.000 on 50 held-out queries" in result.output
+    result = runner.invoke(app, ["search", "--index", str(out), "violin practice", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output.strip().splitlines()[-1])
+    assert answer["query"] == "violin practice" and [h["rank"] for h in answer["hits"]] == [1, 2]
+    assert answer["hits"][0]["metadata"]["topic"] == "music"
+    result = runner.invoke(app, ["search", "--index", str(out), "violin practice", "-k", "1"])
+    assert "  1  0." in result.output and "music-" in result.output
+    result = runner.invoke(app, ["index", "export", str(out), "--out", str(tmp_path / "e.parquet")])
+    assert result.exit_code == 0 and pq.read_metadata(tmp_path / "e.parquet").num_rows == 72
+
+    failures = {
+        ("search", "--index", str(tmp_path / "nowhere"), "q"): "is not an index directory",
+        ("index", "build", "--corpus", str(corpus), "--out", str(out)): "already holds an index",
+        ("index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "x"), "--factory", "IVF4096,Flat"):
+            "needs at least 4096 vectors to train, the corpus has 72",
+        ("index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "y"), "--factory", "Bogus"):
+            "invalid --factory 'Bogus'",
+        ("index", "build", "--corpus", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "z")): "corpus file not found",
+        ("index", "export", str(out), "--out", str(tmp_path / "e.csv"), "--format", "csv"): "unknown export format 'csv'",
+    }  # fmt: skip
+    for args, message in failures.items():
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+        assert "Traceback" not in result.output
