@@ -97,16 +97,18 @@ def wordnet_vectors(out_dir: Path, model: str, limit: int | None, queries: int, 
     from neoembed.data.wordnet import load_synsets, split_of
     from neoembed.index import encode
     from neoembed.index.corpus import wordnet_documents
-    from neoembed.index.store import read_vectors, vector_rows
+    from neoembed.index.store import read_vectors, trim_vectors
 
     docs = list(wordnet_documents())[:limit]
     embedder, _ = encode.load_model(model)
     dim = encode.dimension(embedder)
     path = out_dir / f"wordnet-{model.replace('/', '_')}-{len(docs)}.f32"
-    done = vector_rows(path, dim)
+    done = trim_vectors(path, dim)  # resumes where an interrupted run stopped
     if done < len(docs):
-        encode.embed_to_file(embedder, [d.text for d in docs], path, normalize=True, batch_size=64,
-                             start=done - done % encode.CHUNK, log_dir=out_dir)  # fmt: skip
+        texts = [d.text for d in docs]
+        encode.embed_to_file(
+            embedder, texts, path, normalize=True, batch_size=64, start=done, log_dir=out_dir
+        )
     kept = {d.id for d in docs}
     examples = [
         s.examples[0] for s in load_synsets() if s.examples and s.id in kept and split_of(s.id) == "heldout"

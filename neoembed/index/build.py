@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,7 @@ from neoembed.index.manifest import (
     Tuning,
     append_log,
 )
-from neoembed.index.store import DocStore, read_vectors, vector_rows
+from neoembed.index.store import DocStore, read_vectors, trim_vectors
 from neoembed.index.tune import exact_neighbors, tune
 
 log = logging.getLogger("neoembed.index")
@@ -63,9 +62,7 @@ def _prepare_out_dir(out: Path, state: dict) -> int:
         state_path = out / STATE_FILE
         if not state_path.exists() or json.loads(state_path.read_text()) != state:
             raise IndexingError(f"{out} is not empty and holds no unfinished build of this corpus and model")
-        rows = vector_rows(out / VECTORS_FILE, state["dimension"])
-        rows -= rows % encode.CHUNK  # keep whole chunks only
-        os.truncate(out / VECTORS_FILE, rows * 4 * state["dimension"])
+        rows = trim_vectors(out / VECTORS_FILE, state["dimension"])
         (out / STORE_FILE).unlink(missing_ok=True)
         log.info("resuming an unfinished build: %d documents already embedded", rows)
         return rows
@@ -240,7 +237,7 @@ def add_documents(
         present = store.existing_ids(d.id for d in corpus.documents)
         if present:
             raise IndexingError(f"{len(present)} document ids are already in {out}: {', '.join(present[:5])}")
-        os.truncate(out / VECTORS_FILE, n * 4 * dim)
+        trim_vectors(out / VECTORS_FILE, dim, n)  # rows of an add that crashed before its manifest
         texts = [d.text for d in corpus.documents]
         encode.embed_to_file(
             embedder,

@@ -10,6 +10,7 @@ re-embedding; they are appended to as documents are embedded, so an interrupted 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -98,6 +99,14 @@ def append_vectors(path: Path, vectors: np.ndarray) -> None:
 def vector_rows(path: Path, dim: int) -> int:
     """Whole rows in the vector file (0 when it does not exist)."""
     return path.stat().st_size // (4 * dim) if path.exists() else 0
+
+
+def trim_vectors(path: Path, dim: int, rows: int | None = None) -> int:
+    """Cut the vector file to its first `rows` rows (default: all whole rows, dropping a torn last write)."""
+    rows = vector_rows(path, dim) if rows is None else rows
+    if path.exists():
+        os.truncate(path, rows * 4 * dim)
+    return rows
 
 
 def read_vectors(path: Path, dim: int, rows: int | None = None) -> np.ndarray:
