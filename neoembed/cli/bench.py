@@ -151,28 +151,3 @@ def mteb(
     typer.echo(f"wrote {result['json']} and {result['markdown']}")
 
 
-@app.command("serve")
-def serve(
-    model: str = typer.Option("minilm", help="Embedder to serve and to call directly."),
-    texts: int = typer.Option(4096, min=16, help="WordNet glosses to embed per round."),
-    texts_per_request: int = typer.Option(16, min=1, help="Texts in each client request."),
-    clients: int = typer.Option(16, min=1, help="Concurrent clients."),
-    repeats: int = typer.Option(2, min=1, help="Rounds per side, alternated; the best is kept."),
-    threads: int = typer.Option(2, min=1, help="torch CPU threads, in the server and for direct encode."),
-    out: Path = typer.Option(Path("runs/bench/serve"), help="Directory for serve.json, serve.md and logs."),
-):
-    """HTTP server under concurrent clients vs direct model.encode: texts/s, ratio, p50/p95/p99 latency."""
-    from neoembed.bench import serve as bench_serve
-
-    result = bench_serve.run(
-        model=model,
-        texts=texts,
-        texts_per_request=texts_per_request,
-        clients=clients,
-        repeats=repeats,
-        threads=threads,
-        out_dir=out,
-    )
-    typer.echo(result["table"])
-    typer.echo(result["summary"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
