@@ -85,6 +85,7 @@ def index(
     typer.echo(result["summary"])
     typer.echo(f"wrote {result['json']} and {result['markdown']}")
 
+
 @app.command("build-data")
 def build_data(
     rows: int = typer.Option(1_000_000, min=0, help="Synthetic rows for normalisation + dedup (0 skips)."),
@@ -105,6 +106,22 @@ def build_data(
     typer.echo(result["table"])
     typer.echo(f"wrote {result['json']} and {result['markdown']}")
 
+
+@app.command("mteb")
+def mteb(
+    model: str = typer.Option("minilm", help="Embedder to time (any `mteb-eval --model` except bm25)."),
+    batch_size: int = typer.Option(32, min=1, help="Encoding batch size (harness and direct alike)."),
+    repeats: int = typer.Option(3, min=1, help="Timed runs per side, alternated; the best is kept."),
+    threads: int = typer.Option(2, min=1, help="torch CPU threads."),
+    out: Path = typer.Option(Path("runs/bench/mteb"), help="Directory for mteb.json and mteb.md."),
+):
+    """mteb-eval harness vs direct model.encode on the local WordNet tasks: texts/s and overhead."""
+    from neoembed.bench import mteb as bench_mteb
+
+    result = bench_mteb.run(model, batch_size, repeats, threads, out)
+    typer.echo(result["table"])
+    typer.echo(result["summary"])
+    typer.echo(f"wrote {result['json']} and {result['markdown']}")
 
 
 @app.command("serve")
@@ -132,22 +149,3 @@ def serve(
     typer.echo(result["table"])
     typer.echo(result["summary"])
     typer.echo(f"wrote {result['json']} and {result['markdown']}")
-
-
-@app.command("mteb")
-def mteb(
-    model: str = typer.Option("minilm", help="Embedder to time (any `mteb-eval --model` except bm25)."),
-    batch_size: int = typer.Option(32, min=1, help="Encoding batch size (harness and direct alike)."),
-    repeats: int = typer.Option(3, min=1, help="Timed runs per side, alternated; the best is kept."),
-    threads: int = typer.Option(2, min=1, help="torch CPU threads."),
-    out: Path = typer.Option(Path("runs/bench/mteb"), help="Directory for mteb.json and mteb.md."),
-):
-    """mteb-eval harness vs direct model.encode on the local WordNet tasks: texts/s and overhead."""
-    from neoembed.bench import mteb as bench_mteb
-
-    result = bench_mteb.run(model, batch_size, repeats, threads, out)
-    typer.echo(result["table"])
-    typer.echo(result["summary"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
-
-
