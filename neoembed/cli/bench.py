@@ -66,20 +66,18 @@ def index(
     target_recall: float = typer.Option(0.95, help="recall@10 each candidate is tuned to reach."),
     threads: int = typer.Option(2, min=1, help="faiss and torch threads."),
     wordnet: bool = typer.Option(True, help="Also bench the WordNet glosses embedded by --model."),
-    wordnet_limit: int = typer.Option(0, min=0, help="Use only the first N WordNet synsets (0: all 117k)."),
-    model: str = typer.Option("minilm", help="Embedder for the WordNet set."),
-    out: str = typer.Option(
-        "runs/bench/index", help="Directory for index.json, index.md and cached vectors."
+    wordnet_index: Path = typer.Option(
+        Path("runs/index/wordnet-minilm"), help="WordNet index to read vectors from (built if missing)."
     ),
+    model: str = typer.Option("minilm", help="Embedder for the WordNet set."),
+    out: Path = typer.Option(Path("runs/bench/index"), help="Directory for index.json and index.md."),
 ):
     """FAISS candidates vs exact search: build time, size, tuned recall@10, batch and single-query QPS."""
-    from pathlib import Path
-
     from neoembed.bench import index as bench_index
 
     result = bench_index.run(
-        n=n, dim=dim, queries=queries, target=target_recall, threads=threads, wordnet=wordnet,
-        wordnet_limit=wordnet_limit or None, model=model, out_dir=Path(out),
+        n=n, dim=dim, queries=queries, target=target_recall, threads=threads,
+        wordnet_index=wordnet_index if wordnet else None, model=model, out_dir=out,
     )  # fmt: skip
     typer.echo(result["table"])
     typer.echo(result["summary"])
