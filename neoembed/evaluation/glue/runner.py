@@ -1,0 +1,178 @@
+"""Run the protocol over tasks and grid points: resumable, with MNLI transfer, best run kept per task.
+
+Layout under the output directory:
+  <task>/<grid point>/result.json   one finished run (its metrics.jsonl beside it)
+  <task>/best_model/                the weights and tokenizer of the task's best run so far
+  <task>/best.json                  the task's best run
+  runs.jsonl                        one line per finished run
+  glue.json, glue.md                the table (written by `report`)
+A rerun skips grid points whose result.json exists, so an interrupted grid loses at most one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from neoembed.evaluation.glue.data import load_task_data, tokenize
+from neoembed.evaluation.glue.model import load_glue_model, load_glue_tokenizer
+from neoembed.evaluation.glue.settings import GlueSettings
+from neoembed.evaluation.glue.tasks import GlueError, GlueTask
+from neoembed.evaluation.glue.train import fine_tune
+
+TRANSFER_SOURCE = "mnli"
+
+
+@dataclass
+class TaskResult:
+    task: str
+    score: float
+    metrics: dict[str, dict[str, float]]
+    hyperparameters: dict
+    init_from: str
+    runs: int  # grid points finished for this task
+    best_step: int
+    epochs: float
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write atomically, so an interrupted run never leaves a half-written result that looks finished."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def order_tasks(tasks: list[GlueTask], settings: GlueSettings) -> list[GlueTask]:
+    """MNLI first when tasks transfer from it; the rest in the order asked."""
+    transfers = settings.transfer.enabled and any(t.name in settings.transfer.tasks for t in tasks)
+    return sorted(tasks, key=lambda t: t.name != TRANSFER_SOURCE) if transfers else tasks
+
+
+def _init_from(task: GlueTask, model: str, settings: GlueSettings, out_dir: Path, mnli: str | None) -> str:
+    if not settings.transfer.enabled or task.name not in settings.transfer.tasks:
+        return model
+    source = mnli or out_dir / TRANSFER_SOURCE / "best_model"
+    if mnli is None and not Path(source).is_dir():
+        raise GlueError(
+            f"task {task.name} starts from the best MNLI checkpoint, but {source} does not exist: "
+            "run mnli first (add it to --task), pass --mnli-checkpoint DIR, or use --no-transfer"
+        )
+    return str(source)
+
+
+def _check_same_run(found: dict, expected: dict, path: Path) -> None:
+    for key, value in expected.items():
+        if found.get(key) != value:
+            raise GlueError(
+                f"{path} was produced with {key}={found.get(key)!r}, this run uses {value!r}; "
+                "use another --output directory (or delete it) to re-run"
+            )
+
+
+def run_task(
+    task: GlueTask,
+    init: str,
+    tokenizer,
+    encoded,
+    settings: GlueSettings,
+    out_dir: Path,
+    *,
+    model: str,
+    grid: bool = False,
+    log: Callable[[str], None] = print,
+) -> TaskResult:
+    """Fine-tune `task` from `init` at every grid point (or the configured one); keep the best run's model.
+
+    `encoded` is the task's tokenised DatasetDict; `model` is the name the user asked for (recorded).
+    """
+    task_dir = out_dir / task.name
+    identity = {"model": model, "init_from": init, "protocol": settings.protocol()}
+    points = settings.points(grid)
+    done = {}
+    for hp in points:
+        path = task_dir / hp.slug / "result.json"
+        if path.exists():
+            done[hp] = json.loads(path.read_text(encoding="utf-8"))
+            _check_same_run(done[hp], identity, path)
+    best = max(done.values(), key=lambda r: r["score"], default=None)
+    for i, hp in enumerate(points, start=1):
+        step = f"{task.name} [{i}/{len(points)}] {hp.slug}"
+        if hp in done:
+            log(f"{step}: done before, score {done[hp]['score']:.4f}")
+            continue
+        log(f"{step}: fine-tuning from {init}")
+        run_dir = task_dir / hp.slug
+        shutil.rmtree(run_dir, ignore_errors=True)  # a run interrupted before its result.json
+        run = fine_tune(load_glue_model(init, task), tokenizer, task, encoded, hp, settings, run_dir)
+        result = {**identity, "task": task.name, "hyperparameters": asdict(hp), **asdict(run)}
+        if best is None or run.score > best["score"]:
+            best = result
+            shutil.rmtree(task_dir / "best_model", ignore_errors=True)
+            os.replace(run_dir / "model", task_dir / "best_model")
+            _write_json(task_dir / "best.json", result)
+        else:
+            shutil.rmtree(run_dir / "model")
+        _write_json(run_dir / "result.json", result)
+        with (out_dir / "runs.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(result) + "\n")
+        log(f"{step}: score {run.score:.4f} ({run.steps} steps, best at step {run.best_step})")
+    return TaskResult(
+        task=task.name,
+        score=best["score"],
+        metrics=best["metrics"],
+        hyperparameters=best["hyperparameters"],
+        init_from=init,
+        runs=len(points),
+        best_step=best["best_step"],
+        epochs=best["epochs"],
+    )
+
+
+def run_glue(
+    model: str,
+    tasks: list[GlueTask],
+    settings: GlueSettings,
+    out_dir: Path,
+    *,
+    grid: bool = False,
+    data_dir: Path | None = None,
+    tokenizer_name: str | None = None,
+    mnli_checkpoint: str | None = None,
+    log: Callable[[str], None] = print,
+) -> list[TaskResult]:
+    """Every task in turn, MNLI first when others transfer from it. The tokenizer, every task's data and
+    the transfer source are checked before the first run trains, so bad input fails in seconds."""
+    tasks = order_tasks(tasks, settings)
+    tokenizer = load_glue_tokenizer(model, tokenizer_name)
+    if all(t.name != TRANSFER_SOURCE for t in tasks):
+        for task in tasks:
+            _init_from(task, model, settings, out_dir, mnli_checkpoint)
+    encoded = {}
+    for task in tasks:
+        data = load_task_data(
+            task,
+            data_dir,
+            max_train_samples=settings.max_train_samples,
+            max_eval_samples=settings.max_eval_samples,
+            seed=settings.seed,
+        )
+        encoded[task.name] = tokenize(data, task, tokenizer, settings.max_length)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        run_task(
+            task,
+            _init_from(task, model, settings, out_dir, mnli_checkpoint),
+            tokenizer,
+            encoded[task.name],
+            settings,
+            out_dir,
+            model=model,
+            grid=grid,
+            log=log,
+        )
+        for task in tasks
+    ]

@@ -1,0 +1,149 @@
+"""The fine-tuning protocol as typed settings, read from a YAML recipe (recipes/glue.yaml is the paper's).
+
+The defaults here are the paper's protocol, so a run without a recipe follows it; a recipe may set any
+field, and unknown or ill-typed fields are errors that name the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from neoembed.evaluation.glue.tasks import PAPER_TASKS, GlueError, get_task
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """One point of the grid."""
+
+    batch_size: int
+    learning_rate: float
+    weight_decay: float
+
+    @property
+    def slug(self) -> str:
+        return f"bs{self.batch_size}-lr{self.learning_rate:g}-wd{self.weight_decay:g}"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+
+class Grid(_Strict):
+    """The paper's hyperparameter grid: every combination is fine-tuned, the best dev score is kept."""
+
+    batch_size: list[PositiveInt] = [4, 8, 16, 32]
+    learning_rate: list[PositiveFloat] = [5e-6, 6e-6, 1e-5, 2e-5, 3e-5]
+    weight_decay: list[NonNegativeFloat] = [1e-2, 1e-5]
+
+
+class Transfer(_Strict):
+    """Small tasks start from the best MNLI checkpoint (the backbone and dense layer; a new classifier)."""
+
+    enabled: bool = True
+    tasks: list[str] = ["rte", "mrpc", "stsb"]
+
+    @field_validator("tasks")
+    @classmethod
+    def _known(cls, names: list[str]) -> list[str]:
+        return [_task_name(n) for n in names]
+
+
+def _task_name(name: str) -> str:
+    try:
+        return get_task(name).name
+    except GlueError as err:
+        raise ValueError(str(err)) from None
+
+
+class GlueSettings(_Strict):
+    tasks: list[str] = list(PAPER_TASKS)  # what `--task all` runs
+    # The single point used without --grid.
+    batch_size: PositiveInt = 32
+    learning_rate: PositiveFloat = 2e-5
+    weight_decay: NonNegativeFloat = 1e-2
+    grid: Grid = Grid()
+    transfer: Transfer = Transfer()
+    max_epochs: PositiveFloat = 10
+    early_stopping_patience: PositiveInt = 2  # evaluations without improvement (unverified in the paper)
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.06
+    adam_beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    adam_beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
+    adam_epsilon: PositiveFloat = 1e-8
+    max_grad_norm: PositiveFloat = 1.0
+    max_length: PositiveInt = 128  # tokens per (pair of) sentence(s) (unverified in the paper)
+    eval_batch_size: PositiveInt = 64
+    eval_steps: PositiveInt | None = None  # evaluate (and early-stop) every N steps; None: once per epoch
+    logging_steps: PositiveInt = 50
+    max_train_samples: PositiveInt | None = None  # for quick runs: first N training rows
+    max_eval_samples: PositiveInt | None = None
+    bf16: bool = False
+    seed: int = 0
+
+    @field_validator("tasks")
+    @classmethod
+    def _known(cls, names: list[str]) -> list[str]:
+        return [_task_name(n) for n in names]
+
+    def points(self, grid: bool) -> list[Hyperparameters]:
+        """The grid's combinations, or the single configured point."""
+        if not grid:
+            return [Hyperparameters(self.batch_size, self.learning_rate, self.weight_decay)]
+        g = self.grid
+        return [
+            Hyperparameters(b, lr, wd)
+            for b, lr, wd in itertools.product(g.batch_size, g.learning_rate, g.weight_decay)
+        ]
+
+    def protocol(self) -> dict:
+        """The fields a finished run's result depends on (besides its grid point): results produced under
+        another protocol are not mixed into one table."""
+        skip = {"tasks", "batch_size", "learning_rate", "weight_decay", "grid", "transfer", "logging_steps"}
+        return self.model_dump(exclude=skip)
+
+
+def _format(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid GLUE settings"]
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {field}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def make_settings(base: GlueSettings | None = None, source: str = "settings", **overrides) -> GlueSettings:
+    """`base` with `overrides` applied (None values are ignored; a dict updates a nested section)."""
+    data = (base or GlueSettings()).model_dump()
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        elif value is not None:
+            data[key] = value
+    try:
+        return GlueSettings.model_validate(data)
+    except ValidationError as err:
+        raise GlueError(_format(err, source)) from None
+
+
+def load_recipe(path: Path) -> GlueSettings:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise GlueError(f"cannot read recipe {path}: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise GlueError(f"{path}: a recipe is a mapping of field: value")
+    try:
+        return GlueSettings.model_validate(data)
+    except ValidationError as err:
+        raise GlueError(_format(err, str(path))) from None

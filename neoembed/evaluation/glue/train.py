@@ -1,0 +1,117 @@
+"""Fine-tune one model on one task at one grid point with the transformers Trainer, then score it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from neoembed.evaluation.glue.metrics import compute_metrics
+from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters
+from neoembed.evaluation.glue.tasks import GlueTask
+
+
+@dataclass
+class RunResult:
+    metrics: dict[str, dict[str, float]]  # dev split -> metric -> value
+    score: float  # the task score: mean over dev splits of each split's metric mean
+    best_step: int  # the step whose checkpoint was kept (early stopping keeps the best evaluation)
+    steps: int  # steps actually trained
+    epochs: float
+
+
+class JsonlLogger(TrainerCallback):
+    """Appends every Trainer log (loss, learning rate, dev metrics) as one JSON line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, **(logs or {})}) + "\n")
+
+
+def training_arguments(settings: GlueSettings, hp: Hyperparameters, output_dir: Path):
+    """The paper's protocol: AdamW (0.9, 0.95), linear warmup over 6% of the steps then linear decay,
+    up to `max_epochs` with early stopping on the task score, keeping the best evaluation's weights."""
+    import torch
+    from transformers import TrainingArguments
+
+    strategy = "steps" if settings.eval_steps else "epoch"
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=hp.batch_size,
+        per_device_eval_batch_size=settings.eval_batch_size,
+        learning_rate=hp.learning_rate,
+        weight_decay=hp.weight_decay,
+        optim="adamw_torch",
+        adam_beta1=settings.adam_beta1,
+        adam_beta2=settings.adam_beta2,
+        adam_epsilon=settings.adam_epsilon,
+        max_grad_norm=settings.max_grad_norm,
+        lr_scheduler_type="linear",
+        warmup_steps=settings.warmup_ratio,  # a float below 1 is a fraction of the total steps
+        num_train_epochs=settings.max_epochs,
+        eval_strategy=strategy,
+        save_strategy=strategy,
+        eval_steps=settings.eval_steps,
+        save_steps=settings.eval_steps,
+        save_total_limit=1,  # with load_best_model_at_end the best checkpoint is always kept as well
+        save_only_model=True,
+        load_best_model_at_end=True,
+        metric_for_best_model="score",
+        greater_is_better=True,
+        logging_steps=settings.logging_steps,
+        bf16=settings.bf16,
+        seed=settings.seed,
+        report_to="none",
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def fine_tune(
+    model,
+    tokenizer,
+    task: GlueTask,
+    data,
+    hp: Hyperparameters,
+    settings: GlueSettings,
+    run_dir: Path,
+) -> RunResult:
+    """Train `model` on `data["train"]`, early-stopping on the first dev split; score every dev split
+    with the best weights, save them to `run_dir/model` and drop the intermediate checkpoints."""
+    from transformers import DataCollatorWithPadding, EarlyStoppingCallback, Trainer
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints = run_dir / "checkpoints"
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(settings, hp, checkpoints),
+        train_dataset=data["train"],
+        eval_dataset=data[task.eval_splits[0]],
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+        compute_metrics=lambda p: compute_metrics(task, p.predictions, p.label_ids),
+        callbacks=[
+            EarlyStoppingCallback(early_stopping_patience=settings.early_stopping_patience),
+            JsonlLogger(run_dir / "metrics.jsonl"),
+        ],
+    )
+    trainer.train()
+    metrics = {}
+    for split in task.eval_splits:
+        found = trainer.evaluate(data[split], metric_key_prefix=split)
+        metrics[split] = {m: found[f"{split}_{m}"] for m in (*task.metrics, "score")}
+    best = trainer.state.best_model_checkpoint
+    trainer.save_model(str(run_dir / "model"))
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    return RunResult(
+        metrics=metrics,
+        score=sum(m["score"] for m in metrics.values()) / len(metrics),
+        best_step=int(best.rsplit("-", 1)[1]) if best else trainer.state.global_step,
+        steps=trainer.state.global_step,
+        epochs=float(trainer.state.epoch or 0.0),
+    )
