@@ -63,6 +63,8 @@ def _print_summary(report, out_dir: Path) -> None:
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; files in {out_dir}", markup=False)
     for outcome in report.failed:
         console.print(f"FAILED {outcome.model} / {outcome.task}: {outcome.error}", markup=False, style="red")
+    for hint in dict.fromkeys(o.hint for o in report.failed if o.hint):
+        console.print(f"hint: {hint}", markup=False)
 
 
 def mteb_eval(

@@ -19,7 +19,6 @@ import mteb
 from mteb import AbsTask, ResultCache, TaskResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from neoembed.evaluation.local_tasks import LOCAL_TASKS
 from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
 from neoembed.evaluation.summary import Summary, summarize, write_summary
 from neoembed.evaluation.tasks import leaf_tasks, supports_lexical_search
@@ -33,8 +32,9 @@ class TaskOutcome:
     task: str
     status: str  # "done" | "cached" | "failed" | "n/a"
     seconds: float = 0.0
-    main_score: float | None = None
+    main_score: float | None = None  # for an aggregate, the mean over its subtasks
     error: str | None = None
+    hint: str | None = None  # what to do about the error
 
 
 @dataclass
@@ -66,29 +66,34 @@ def cached_result(cache: ResultCache, spec: ModelSpec, task_name: str) -> TaskRe
 
 
 def is_finished(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> bool:
-    result = cached_result(cache, spec, task.metadata.name)
-    return result is not None and not result.get_missing_evaluations(task)
+    """Every result file `task` needs exists and covers all its splits and subsets."""
+    for leaf in leaf_tasks([task]):
+        result = cached_result(cache, spec, leaf.metadata.name)
+        if result is None or result.get_missing_evaluations(leaf):
+            return False
+    return True
 
 
-def _explain(task: AbsTask, error: str) -> str:
-    error = error.strip().splitlines()[-1] if error.strip() else "unknown error"
-    if task.metadata.name not in LOCAL_TASKS and any(
-        marker in error for marker in ("offline", "Couldn't reach", "LocalEntryNotFound", "ConnectionError")
-    ):
-        return (
-            f"{error} (the dataset {task.metadata.dataset['path']} is not in the local Hugging Face cache and "
-            "the hub is unreachable: run once with hub access, or point HF_HOME at a cache that has it)"
-        )
-    return error
+OFFLINE_HINT = (
+    "mteb task data comes from the Hugging Face hub, which is unreachable here and its local cache lacks "
+    "these datasets: run once with hub access, point HF_HOME at a cache that has them, or pass local copies "
+    "with --datasets-dir (the WordNet tasks need neither)"
+)
+
+
+def _is_offline_error(error: str) -> bool:
+    return any(marker in error for marker in ("OfflineModeIsEnabled", "Couldn't reach", "LocalEntryNotFound"))
 
 
 def _evaluate(
     model, task: AbsTask, spec: ModelSpec, settings: EvalSettings, cache: ResultCache
 ) -> TaskOutcome:
+    """Run `task` (an aggregate as its subtasks: the summary averages them, and mteb would cache a failed
+    aggregate as if it were finished)."""
     start = time.perf_counter()
     result = mteb.evaluate(
         model,
-        task,
+        leaf_tasks([task]),
         encode_kwargs=settings.encode_kwargs(),
         cache=cache,
         overwrite_strategy="only-missing",
@@ -98,11 +103,12 @@ def _evaluate(
     )
     seconds = round(time.perf_counter() - start, 3)
     if result.exceptions or not result.task_results:
-        errors = "; ".join(e.exception for e in result.exceptions) or "no result produced"
-        return TaskOutcome(spec.label, task.metadata.name, "failed", seconds, error=_explain(task, errors))
-    return TaskOutcome(
-        spec.label, task.metadata.name, "done", seconds, float(result.task_results[0].get_score())
-    )
+        errors = [e.exception.strip().splitlines()[-1] for e in result.exceptions if e.exception.strip()]
+        error = "; ".join(dict.fromkeys(errors)) or "no result produced"
+        hint = OFFLINE_HINT if _is_offline_error(error) else None
+        return TaskOutcome(spec.label, task.metadata.name, "failed", seconds, error=error, hint=hint)
+    score = sum(r.get_score() for r in result.task_results) / len(result.task_results)
+    return TaskOutcome(spec.label, task.metadata.name, "done", seconds, float(score))
 
 
 def run_evaluation(
