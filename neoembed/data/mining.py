@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
+
 
 @dataclass(frozen=True)
 class MiningConfig:
@@ -97,40 +99,59 @@ class Miner:
         stats.seconds["encode"] += time.perf_counter() - started
 
         started = time.perf_counter()
-        k = min(len(unique_pool), cfg.candidates + 1)
-        scores, ids = _search(p_emb, q_emb, k)
-        stats.seconds["search"] += time.perf_counter() - started
-
-        started = time.perf_counter()
         # The hardest (lowest-scoring) positive of a query sets its threshold, as in sentence-transformers.
         row_scores = np.concatenate(
             [
-                np.einsum("ij,ij->i", q_emb[query_index[s : s + 8192]], p_emb[pool_index[s : s + 8192]])
-                for s in range(0, len(query_index), 8192)
+                np.einsum("ij,ij->i", q_emb[query_index[s : s + CHUNK]], p_emb[pool_index[s : s + CHUNK]])
+                for s in range(0, len(query_index), CHUNK)
             ]
         )
         positive_score = np.full(len(unique_queries), np.inf, dtype=np.float32)
         np.minimum.at(positive_score, query_index, row_scores)
         threshold = positive_score - np.abs(positive_score) * (1.0 - cfg.margin)
-
-        valid = ids >= 0
-        stats.candidates = int(valid.sum())
-        # Excluded: the positive (and its near-duplicates: the pool is deduplicated by normalised key), every
-        # other positive of the same query, and the query's own text.
-        is_positive = ids == pool_index[unique_queries][:, None]
-        is_positive |= pool_keys[np.maximum(ids, 0)] == query_keys[unique_queries][:, None]
+        # Excluded besides the positive itself: other positives of the same query, and the query's own text.
+        # Near-duplicates of the positive are the positive: the pool is deduplicated by normalised key.
+        extra = {}
         for q, p in _extra_positives(query_index, pool_index, unique_queries):
-            is_positive[q] |= ids[q] == p
-        is_positive &= valid
-        stats.dropped_positive = int(is_positive.sum())
-        too_close = valid & ~is_positive & (scores > threshold[:, None])
-        stats.dropped_margin = int(too_close.sum())
-        keep = valid & ~is_positive & ~too_close
-        keep &= np.cumsum(keep, axis=1) <= cfg.num_negatives
+            extra.setdefault(int(q), []).append(int(p))
+        first_positive = pool_index[unique_queries]
+        own_keys = query_keys[unique_queries]
+        stats.seconds["select"] += time.perf_counter() - started
 
-        mined_per_query = [
-            [positives[unique_pool[i]] for i in ids[q][keep[q]]] for q in range(len(unique_queries))
-        ]
+        started = time.perf_counter()
+        index = _index(p_emb)
+        stats.seconds["search"] += time.perf_counter() - started
+        k = min(len(unique_pool), cfg.candidates + 1)
+        chosen = np.full((len(unique_queries), cfg.num_negatives), -1, dtype=np.int64)
+        # Search and select a chunk of queries at a time: memory stays bounded by the chunk, not the part.
+        for lo in range(0, len(unique_queries), CHUNK):
+            hi = min(lo + CHUNK, len(unique_queries))
+            started = time.perf_counter()
+            scores, ids = index.search(np.ascontiguousarray(q_emb[lo:hi]), k)
+            stats.seconds["search"] += time.perf_counter() - started
+
+            started = time.perf_counter()
+            valid = ids >= 0
+            is_positive = (ids == first_positive[lo:hi, None]) | (
+                pool_keys[np.maximum(ids, 0)] == own_keys[lo:hi, None]
+            )
+            for q in range(lo, hi):
+                for p in extra.get(q, ()):
+                    is_positive[q - lo] |= ids[q - lo] == p
+            is_positive &= valid
+            too_close = valid & ~is_positive & (scores > threshold[lo:hi, None])
+            keep = valid & ~is_positive & ~too_close
+            keep &= np.cumsum(keep, axis=1) <= cfg.num_negatives
+            for row in range(hi - lo):
+                picked = ids[row][keep[row]]
+                chosen[lo + row, : len(picked)] = picked
+            stats.candidates += int(valid.sum())
+            stats.dropped_positive += int(is_positive.sum())
+            stats.dropped_margin += int(too_close.sum())
+            stats.seconds["select"] += time.perf_counter() - started
+
+        started = time.perf_counter()
+        mined_per_query = [[positives[unique_pool[i]] for i in row if i >= 0] for row in chosen]
         negatives = [mined_per_query[q] for q in query_index]
         stats.mined = sum(len(n) for n in negatives)
         stats.rows_short = sum(len(n) < cfg.num_negatives for n in negatives)
@@ -154,20 +175,13 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.reshape(-1)], first[order]
 
 
-def _search(
-    pool: np.ndarray, queries: np.ndarray, k: int, batch: int = 8192
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product search (embeddings are normalised: cosine); on every GPU faiss sees, if any."""
+def _index(pool: np.ndarray):
+    """An exact inner-product index (embeddings are normalised: cosine), on every GPU faiss sees, if any."""
     import faiss
 
     index = faiss.IndexFlatIP(pool.shape[1])
     if getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
         index = faiss.index_cpu_to_all_gpus(index)
-    for start in range(0, len(pool), batch):
-        index.add(np.ascontiguousarray(pool[start : start + batch]))
-    scores, ids = [], []
-    for start in range(0, len(queries), batch):
-        s, i = index.search(np.ascontiguousarray(queries[start : start + batch]), k)
-        scores.append(s)
-        ids.append(i)
-    return np.concatenate(scores), np.concatenate(ids)
+    for start in range(0, len(pool), CHUNK):
+        index.add(np.ascontiguousarray(pool[start : start + CHUNK]))
+    return index

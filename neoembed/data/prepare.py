@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from neoembed.data.atomic import temp_path, write_json
 from neoembed.data.manifest import Manifest, check_columns
-from neoembed.data.mapping import RowError
+from neoembed.data.mapping import FieldPath, RowError
 from neoembed.data.normalize import (
     REASONS,
     Limits,
@@ -103,23 +103,15 @@ def prepare_source(
         tqdm(total=total, desc=f"prepare {manifest.name}", unit="row") as bar,
     ):
         for start in range(0, total, BATCH_ROWS):
-            batch = dataset[start : min(start + BATCH_ROWS, total)]
+            stop = min(start + BATCH_ROWS, total)
             rows = {name: [] for name in STAGING_SCHEMA.names}
-            for offset in range(len(batch[paths["query"].column])):
-                try:
-                    values = {
-                        name: path.extract_from_column(batch[path.column][offset])
-                        for name, path in paths.items()
-                    }
-                    query, positive = values["query"], values["positive"]
-                    if not isinstance(query, str | type(None)) or not isinstance(positive, str | type(None)):
-                        raise RowError("query and positive must be strings")
-                    score = _number(values.get("score"))
-                except RowError as err:
+            for index, row in enumerate(_read_rows(dataset[start:stop], paths), start):
+                if isinstance(row, RowError):
                     dropped["malformed"] += 1
                     if malformed_example is None:
-                        malformed_example = {"row": start + offset, "error": str(err)}
+                        malformed_example = {"row": index, "error": str(row)}
                     continue
+                query, positive, score, given = row
                 query, positive = clean(query or ""), clean(positive or "")
                 query_key, positive_key = text_key(query), text_key(positive)
                 reason = check(query, positive, query_key, positive_key, score, limits)
@@ -132,11 +124,9 @@ def prepare_source(
                 if reason is not None:
                     dropped[reason] += 1
                     continue
-                negatives = clean_negatives(_flatten(values, paths), query_key, positive_key, limits)
+                negatives = clean_negatives(given, query_key, positive_key, limits)
                 for name, value in zip(
-                    STAGING_SCHEMA.names,
-                    (query, positive, negatives, manifest.name, query_key, positive_key),
-                    strict=True,
+                    STAGING_SCHEMA.names, (query, positive, negatives, manifest.name, query_key, positive_key)
                 ):
                     rows[name].append(value)
                 query_lengths.append(len(query))
@@ -144,7 +134,7 @@ def prepare_source(
                 negative_counts.append(len(negatives))
             if rows["query"]:
                 writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
-            bar.update(len(batch[paths["query"].column]))
+            bar.update(stop - start)
 
     stats = {
         "fingerprint": fingerprint,
@@ -164,6 +154,32 @@ def prepare_source(
     return stats
 
 
+def _read_rows(batch: dict[str, list], paths: dict[str, FieldPath]):
+    """(query, positive, score, raw negatives) per row of a column batch, or the RowError that row raised."""
+    query_path, positive_path = paths["query"], paths["positive"]
+    score_path = paths.get("score")
+    negative_paths = [p for name, p in paths.items() if name.startswith("negatives[")]
+    for offset in range(len(batch[query_path.column])):
+        try:
+            query = query_path.extract_from_column(batch[query_path.column][offset])
+            positive = positive_path.extract_from_column(batch[positive_path.column][offset])
+            if not isinstance(query, str | None) or not isinstance(positive, str | None):
+                raise RowError("query and positive must be strings")
+            score = (
+                _number(score_path.extract_from_column(batch[score_path.column][offset]))
+                if score_path
+                else None
+            )
+            negatives = []
+            for path in negative_paths:
+                value = path.extract_from_column(batch[path.column][offset])
+                negatives.extend(value if isinstance(value, list) else [value])
+        except RowError as err:
+            yield err
+            continue
+        yield query, positive, score, negatives
+
+
 def _number(value) -> float | None:
     if value is None:
         return None
@@ -171,16 +187,6 @@ def _number(value) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         raise RowError(f"score: not a number: {value!r}") from None
-
-
-def _flatten(values: dict, paths: dict) -> list:
-    """Negatives from every `negatives[i]` path, lists flattened, in mapping order."""
-    found = []
-    for name in paths:
-        if name.startswith("negatives["):
-            value = values[name]
-            found.extend(value if isinstance(value, list) else [value])
-    return found
 
 
 def _percentiles(lengths: list[int]) -> dict:
