@@ -209,3 +209,21 @@ def test_local_dataset_copy_runs_a_real_mteb_task(tmp_path):
     assert [o.status for o in report.outcomes] == ["done"]
     assert report.summary.scores["all-MiniLM-L6-v2"]["STS12"] > 0.5
     shutil.rmtree(copy)
+
+
+def test_a_failed_aggregate_is_retried_not_cached(tmp_path):
+    """CQADupstack runs as its twelve subtasks: when they fail, no aggregate result is cached as finished."""
+    from neoembed.evaluation.models import EvalSettings
+    from neoembed.evaluation.runner import resolve_models, run_evaluation
+    from neoembed.evaluation.tasks import leaf_tasks, select_tasks, use_local_datasets
+
+    tasks = select_tasks(["CQADupstackRetrieval"])
+    for leaf in leaf_tasks(tasks):  # unreadable local copies: fails the same way with or without a hub cache
+        (tmp_path / "datasets" / leaf.metadata.dataset["path"]).mkdir(parents=True)
+    assert len(use_local_datasets(tasks, tmp_path / "datasets")) == 12
+    settings = EvalSettings()
+    specs = resolve_models(["bm25"], settings)
+    for _ in range(2):
+        report = run_evaluation(specs, tasks, settings, tmp_path / "out")
+        assert [(o.task, o.status) for o in report.outcomes] == [("CQADupstackRetrieval", "failed")]
+    assert not list((tmp_path / "out" / "results").rglob("CQADupstack*.json"))
