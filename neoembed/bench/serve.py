@@ -1,8 +1,9 @@
 """`neoembed bench serve`: the HTTP server's throughput under concurrent clients vs `model.encode` in-process.
 
 The same texts (WordNet glosses) are embedded two ways, alternating for `repeats` rounds so machine noise
-hits both alike: directly with `SentenceTransformer.encode` (batch size 32, its default) in this process,
-and through `neoembed serve` in a subprocess, by `clients` concurrent clients each posting requests of
+hits both alike: directly with `SentenceTransformer.encode` in this process (batch size 32, its default,
+which the target refers to, and larger batch sizes, which show what batching itself is worth here), and
+through `neoembed serve` in a subprocess, by `clients` concurrent clients each posting requests of
 `texts_per_request` texts (base64, as the openai client asks). The best round of each is compared; latency
 percentiles are per request, from the best server round. The server runs in its own process so clients
 and server do not share one GIL, as in deployment; both sides use the same number of torch threads.
@@ -96,6 +97,7 @@ def run(
     repeats: int,
     threads: int,
     out_dir: Path,
+    direct_batch_sizes: tuple[int, ...] = (32, 256),
 ) -> dict:
     from neoembed.data.wordnet import load_synsets
     from neoembed.embedder import load_embedder
@@ -113,30 +115,37 @@ def run(
     server, base = _start_server(model, threads, out_dir / "server.log")
     try:
         asyncio.run(_drive(base, requests[: 2 * clients], clients))  # warm-up: connections, first batches
-        direct_s, served = [], []
+        direct_s: dict[int, list[float]] = {size: [] for size in direct_batch_sizes}
+        served = []
         for round_ in range(repeats):
-            started = time.perf_counter()
-            embedder.encode(inputs, batch_size=32, show_progress_bar=False)
-            direct_s.append(time.perf_counter() - started)
+            for size in direct_batch_sizes:
+                started = time.perf_counter()
+                embedder.encode(inputs, batch_size=size, show_progress_bar=False)
+                direct_s[size].append(time.perf_counter() - started)
+                _log(
+                    log_path, {"round": round_, "path": f"encode batch {size}", "seconds": direct_s[size][-1]}
+                )
             wall, latencies = asyncio.run(_drive(base, requests, clients))
             served.append((wall, latencies))
-            _log(
-                log_path, {"round": round_, "direct_s": direct_s[-1], "server_s": wall, "texts": len(inputs)}
-            )
+            _log(log_path, {"round": round_, "path": "server", "seconds": wall, "texts": len(inputs)})
     finally:
         server.terminate()
         server.wait(timeout=120)
 
-    best_direct = min(direct_s)
+    # The target compares with encode at the first batch size (32: what a plain `model.encode` call does).
+    best_direct = min(direct_s[direct_batch_sizes[0]])
     best_wall, latencies = min(served, key=lambda pair: pair[0])
     p50, p95, p99 = (float(np.percentile(latencies, q)) * 1000 for q in (50, 95, 99))
     rows = [
         {
-            "path": "model.encode (in-process, batch 32)",
-            "texts/s": len(inputs) / best_direct,
-            "tokens/s": tokens / best_direct,
-            "ratio": 1.0,
-        },
+            "path": f"model.encode (in-process, batch {size})",
+            "texts/s": len(inputs) / min(times),
+            "tokens/s": tokens / min(times),
+            "ratio": best_direct / min(times),
+        }
+        for size, times in direct_s.items()
+    ]
+    rows.append(
         {
             "path": f"neoembed serve, {clients} clients x {texts_per_request} texts/request",
             "texts/s": len(inputs) / best_wall,
@@ -145,12 +154,14 @@ def run(
             "p50 ms": p50,
             "p95 ms": p95,
             "p99 ms": p99,
-        },
-    ]
+        }
+    )
     ratio = best_direct / best_wall
     table = markdown_table(rows, ["path", "texts/s", "tokens/s", "ratio", "p50 ms", "p95 ms", "p99 ms"])
     verdict = "meets" if ratio >= TARGET_RATIO else "misses"
     summary = f"server/direct throughput ratio {ratio:.2f} ({verdict} the {TARGET_RATIO}x target)"
+    for size in direct_batch_sizes[1:]:
+        summary += f"; vs encode at batch {size}: {min(direct_s[size]) / best_wall:.2f}"
     settings = {
         "model": model,
         "texts": len(inputs),
@@ -160,13 +171,20 @@ def run(
         "clients": clients,
         "repeats": repeats,
         "threads": threads,
+        "direct_batch_sizes": list(direct_batch_sizes),
         "load_average": os.getloadavg(),
     }
     markdown = (
         f"# neoembed bench serve\n\n{len(inputs)} WordNet glosses ({tokens} tokens), {model}, "
-        f"{threads} torch threads on both sides, best of {repeats} alternating rounds.\n\n{table}\n\n{summary}\n"
+        f"{threads} torch threads on both sides, best of {repeats} alternating rounds; ratio = throughput / "
+        f"model.encode at batch {direct_batch_sizes[0]}.\n\n{table}\n\n{summary}\n"
     )
-    payload = {"settings": settings, "rows": rows, "ratio": ratio, "direct_s": direct_s}
+    payload = {
+        "settings": settings,
+        "rows": rows,
+        "ratio": ratio,
+        "direct_s": {str(k): v for k, v in direct_s.items()},
+    }
     payload["server_s"] = [wall for wall, _ in served]
     json_path, md_path = write_report(out_dir, "serve", payload, markdown)
     return {"table": table, "summary": summary, "ratio": ratio, "json": json_path, "markdown": md_path}

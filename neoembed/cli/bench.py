@@ -130,6 +130,9 @@ def serve(
     clients: int = typer.Option(16, min=1, help="Concurrent clients."),
     repeats: int = typer.Option(2, min=1, help="Rounds per side, alternated; the best is kept."),
     threads: int = typer.Option(2, min=1, help="torch CPU threads, in the server and for direct encode."),
+    direct_batch_sizes: str = typer.Option(
+        "32,256", help="encode batch sizes to time; the first (32, encode's default) is the target's baseline."
+    ),
     out: Path = typer.Option(Path("runs/bench/serve"), help="Directory for serve.json, serve.md and logs."),
 ):
     """HTTP server under concurrent clients vs direct model.encode: texts/s, ratio, p50/p95/p99 latency."""
@@ -143,6 +146,7 @@ def serve(
         repeats=repeats,
         threads=threads,
         out_dir=out,
+        direct_batch_sizes=tuple(int(size) for size in _csv(direct_batch_sizes)),
     )
     typer.echo(result["table"])
     typer.echo(result["summary"])
