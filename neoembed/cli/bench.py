@@ -131,7 +131,8 @@ def serve(
     repeats: int = typer.Option(2, min=1, help="Rounds per side, alternated; the best is kept."),
     threads: int = typer.Option(2, min=1, help="torch CPU threads, in the server and for direct encode."),
     direct_batch_sizes: str = typer.Option(
-        "32,256", help="encode batch sizes to time; the first (32, encode's default) is the target's baseline."
+        "32,256",
+        help="encode batch sizes to time; the first (32, encode's default) is the target's baseline.",
     ),
     out: Path = typer.Option(Path("runs/bench/serve"), help="Directory for serve.json, serve.md and logs."),
 ):
