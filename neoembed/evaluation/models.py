@@ -20,7 +20,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neoembed.embedder import MINILM_ALIASES, EmbedderError, load_embedder, resolve_model_name
+from neoembed.embedder import (
+    MINILM_ALIASES,
+    EmbedderError,
+    load_embedder,
+    packaged_minilm_path,
+    resolve_model_name,
+)
 
 BM25_NAMES = ("bm25", "bm25s")
 BM25_MTEB_NAME = "mteb/baseline-bm25s"
@@ -123,6 +129,13 @@ def _hub_kind_and_revision(repo_id: str) -> tuple[str, str]:
     )
 
 
+def _is_packaged_minilm(path: Path) -> bool:
+    try:
+        return path.resolve() == packaged_minilm_path().resolve()
+    except EmbedderError:  # the embedded extra is not installed
+        return False
+
+
 def _model_meta(name: str, revision: str, settings: EvalSettings | None) -> Any:
     from mteb.models import ModelMeta
 
@@ -148,7 +161,7 @@ def resolve_model(name: str, settings: EvalSettings) -> ModelSpec:
     path = Path(resolved).expanduser()
     if path.is_dir():
         kind = _local_kind(path)
-        if name in MINILM_ALIASES:
+        if name in MINILM_ALIASES or _is_packaged_minilm(path):
             label, meta_name = "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"
         else:
             label, meta_name = path.resolve().name, f"local/{path.resolve().name}"
