@@ -227,3 +227,26 @@ def test_a_failed_aggregate_is_retried_not_cached(tmp_path):
         report = run_evaluation(specs, tasks, settings, tmp_path / "out")
         assert [(o.task, o.status) for o in report.outcomes] == [("CQADupstackRetrieval", "failed")]
     assert not list((tmp_path / "out" / "results").rglob("CQADupstack*.json"))
+
+
+def test_prompts_are_the_protocols_only(minilm_path):
+    """Given prompts reach mteb's prompt lookup (local task names included); a model's own prompts do not."""
+    from mteb.models.abs_encoder import get_prompt_name
+    from mteb.types import PromptType
+
+    from neoembed.evaluation.local_tasks import WordNetDefinitionRetrieval, WordNetPOSClassification
+    from neoembed.evaluation.models import EvalSettings, load_model, resolve_model
+
+    prompts = {"WordNetDefinitionRetrieval-query": "definition of: ", "Classification": "classify: "}
+    settings = EvalSettings(prompts=prompts)
+    wrapper = load_model(resolve_model(str(minilm_path), settings), settings)
+    assert wrapper.model.prompts == {}
+    retrieval, classification = WordNetDefinitionRetrieval.metadata, WordNetPOSClassification.metadata
+    assert (
+        get_prompt_name(wrapper.model_prompts, retrieval, PromptType.query)
+        == "WordNetDefinitionRetrieval-query"
+    )
+    assert get_prompt_name(wrapper.model_prompts, retrieval, PromptType.document) is None
+    assert get_prompt_name(wrapper.model_prompts, classification, None) == "Classification"
+    plain = load_model(resolve_model("minilm", EvalSettings()), EvalSettings())
+    assert plain.model_prompts is None and plain.model.prompts == {}
