@@ -1,4 +1,7 @@
-"""Uniform MTEB evaluation: model loading under one protocol, local WordNet tasks, runs, and summaries.
+"""Evaluation: the uniform MTEB harness (the modules here) and the GLUE fine-tuning harness (``glue/``).
+
+MTEB: ``models`` loads any embedder under one protocol, ``local_tasks`` builds offline WordNet tasks,
+``tasks`` selects tasks, ``runner`` runs them resumably and ``summary`` aggregates the results.
 
 mteb creates its default result cache (``$MTEB_CACHE`` or ``~/.cache/mteb``) the moment it is imported.
 This package is the one place that points it somewhere neoembed owns, before any of its modules imports
