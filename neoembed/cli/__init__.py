@@ -43,3 +43,11 @@ app.command("build-data")(build_data.build_data)
 from neoembed.cli import serve  # noqa: E402
 
 app.command("serve")(serve.serve)
+
+from neoembed.cli import pretrain  # noqa: E402
+
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(pretrain.pretrain)
+
+from neoembed.cli import glue  # noqa: E402
+
+app.command("glue")(glue.glue)

@@ -32,6 +32,9 @@ class NeoBERTConfig(PreTrainedConfig):
       `unpadded` (linear layers on real tokens only, attention per sequence via `cu_seqlens`), or `eager`
       (explicit softmax; used automatically when attention weights are requested).
     - `classifier_dropout`: dropout of the sequence-classification head.
+    - `sparse_prediction`: with labels, the MLM head projects only the masked positions to the vocabulary and
+      returns logits for those alone (ModernBERT's option of the same name); the loss is unchanged and the
+      decoder's cost falls by the masking rate. Pretraining turns it on.
     """
 
     model_type = "neobert"
@@ -54,6 +57,7 @@ class NeoBERTConfig(PreTrainedConfig):
     rope_parameters: RopeParameters | dict | None = None
     attn_backend: str = "auto"
     classifier_dropout: float = 0.0
+    sparse_prediction: bool = False
 
     def __post_init__(self, **kwargs):
         if self.dim_head is None:

@@ -261,15 +261,33 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear):
         self.decoder = value
 
-    def forward(self, input_ids=None, labels: torch.Tensor | None = None, return_dict=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        labels: torch.Tensor | None = None,
+        return_dict=None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ):
         """`labels` as in HF MLM: the original token at masked positions, -100 elsewhere; the loss is the
-        mean cross-entropy over masked tokens."""
+        mean cross-entropy over masked tokens. With `num_items_in_batch` (the Trainer passes the masked-token
+        count of the whole accumulated batch) the mean is taken over that count, so gradient accumulation
+        weighs every masked token equally."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(input_ids, return_dict=True, **kwargs)
-        logits = self.decoder(outputs.last_hidden_state)
+        hidden = outputs.last_hidden_state
+        if labels is not None and self.config.sparse_prediction:
+            targets = labels.flatten() != -100
+            hidden, labels = hidden.flatten(0, -2)[targets], labels.flatten()[targets]
+        logits = self.decoder(hidden)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, -2), labels.flatten(), ignore_index=-100)
+            flat_logits, flat_labels = logits.float().flatten(0, -2), labels.flatten().to(logits.device)
+            if num_items_in_batch is None:
+                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
+            else:
+                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+                loss = loss / num_items_in_batch
         result = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -1,0 +1,113 @@
+"""Typed settings of `neoembed pretrain`: the sections of a pretraining recipe."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from neoembed.recipes import StrictSettings
+
+
+class CorpusSettings(StrictSettings):
+    """Exactly one source: a Hugging Face dataset, local files, or the embedded WordNet text."""
+
+    dataset: str | None = None  # hub id, e.g. tiiuae/falcon-refinedweb
+    config: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    streaming: bool = False  # read a hub dataset lazily (RefinedWeb-size corpora); needs max_documents
+    files: list[str] = Field(
+        default_factory=list
+    )  # local .txt (a document per line), .jsonl, .parquet; globs
+    wordnet: bool = False  # glosses and examples of WordNet's training synsets
+    text_column: str = "text"
+    max_documents: int | None = Field(default=None, gt=0)
+    heldout_fraction: float = Field(default=0.02, ge=0.0, lt=1.0)  # documents kept for the held-out MLM loss
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        sources = [bool(self.dataset), bool(self.files), self.wordnet]
+        if sum(sources) != 1:
+            raise ValueError("set exactly one of dataset, files, wordnet")
+        if self.streaming and not (self.dataset and self.max_documents):
+            raise ValueError("streaming reads a hub dataset and needs max_documents")
+        return self
+
+
+class ModelSettings(StrictSettings):
+    init_from: str | None = (
+        None  # a NeoBERT checkpoint directory (stage 2 starts from stage 1); None: scratch
+    )
+    config: dict[str, Any] = Field(default_factory=dict)  # NeoBERTConfig fields for a model from scratch
+    tokenizer: str | None = None  # path or hub id; None: the packaged bert-base-uncased vocabulary
+    gradient_checkpointing: bool = False
+
+
+class LengthBucket(StrictSettings):
+    min_tokens: int = Field(ge=0)
+    probability: float = Field(gt=0.0, le=1.0)
+
+
+class DataSettings(StrictSettings):
+    max_length: int = Field(default=1024, gt=8)
+    mode: Literal["packed", "padded"] = "packed"
+    batch_size: int = Field(default=8, gt=0)  # rows (packed) or documents (padded) per device micro-batch
+    mask_rate: float = Field(default=0.2, gt=0.0, lt=1.0)
+    mask_mode: Literal["mask", "80-10-10"] = "mask"  # all [MASK] (the release) or BERT's 80/10/10
+    # Stage 2: each batch drawn from one bucket of documents at least min_tokens long, with these probabilities.
+    length_buckets: list[LengthBucket] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _buckets_sum_to_one(self):
+        if self.length_buckets:
+            total = sum(b.probability for b in self.length_buckets)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"length_buckets probabilities must sum to 1, got {total:g}")
+        return self
+
+
+class OptimSettings(StrictSettings):
+    lr: float = Field(default=6e-4, gt=0.0)
+    weight_decay: float = Field(default=0.1, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    max_grad_norm: float = Field(default=1.0, gt=0.0)
+    warmup_steps: int = Field(default=2000, ge=0)
+    decay_fraction: float = Field(default=0.9, gt=0.0, le=1.0)  # cosine decay ends at this fraction of steps
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)  # then constant at this fraction of the peak
+
+
+class TrainSettings(StrictSettings):
+    output_dir: str = "runs/pretrain"
+    max_steps: int = Field(default=1000, gt=0)
+    grad_accum: int = Field(default=1, gt=0)
+    seed: int = 0
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on a CUDA device that has it
+    log_steps: int = Field(default=10, gt=0)
+    eval_steps: int = Field(default=100, gt=0)
+    eval_batches: int = Field(default=8, gt=0)
+    save_steps: int = Field(default=500, gt=0)
+    keep_checkpoints: int = Field(default=3, gt=0)
+    num_workers: int = Field(default=0, ge=0)
+    deepspeed: str | None = None  # a DeepSpeed JSON config (ZeRO-2 in recipes/); needs neoembed[deepspeed]
+    peak_tflops: float | None = Field(default=None, gt=0.0)  # device peak for MFU; None: known GPUs only
+    threads: int | None = Field(default=None, gt=0)  # torch CPU threads
+
+    @model_validator(mode="after")
+    def _saves_are_logged(self):
+        # A NaN loss is caught when it is logged; every save step must also be a log step so a diverged
+        # model is never written as a checkpoint.
+        if self.save_steps % self.log_steps:
+            raise ValueError(
+                f"save_steps ({self.save_steps}) must be a multiple of log_steps ({self.log_steps})"
+            )
+        return self
+
+
+class PretrainSettings(StrictSettings):
+    corpus: CorpusSettings
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    data: DataSettings = Field(default_factory=DataSettings)
+    optim: OptimSettings = Field(default_factory=OptimSettings)
+    train: TrainSettings = Field(default_factory=TrainSettings)

@@ -1,0 +1,278 @@
+"""`neoembed pretrain`: MLM pretraining of NeoBERT on the transformers Trainer.
+
+The Trainer brings what the recipe needs from existing engines: torchrun DDP, DeepSpeed ZeRO through a config
+file, gradient accumulation, bf16 autocast, gradient checkpointing, rotating checkpoints with optimiser,
+scheduler and RNG state, and resume. neoembed adds the data (`MLMBatches`, deterministic per batch index, read
+in order), the paper's schedule, token throughput and MFU in the logs, a JSONL metrics file, and a stop with
+a clear message when the loss stops being finite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainingArguments, set_seed
+
+from neoembed.pretrain.batches import MLMBatches, tokenize_documents, unwrap_single
+from neoembed.pretrain.config import NeoBERTConfig
+from neoembed.pretrain.corpus import load_corpus
+from neoembed.pretrain.modeling import NeoBERTForMaskedLM
+from neoembed.pretrain.schedule import lr_multiplier
+from neoembed.pretrain.settings import PretrainSettings
+from neoembed.pretrain.tokenizer import load_tokenizer
+from neoembed.recipes import RecipeError, dump_recipe
+
+# Dense bf16 peak of GPUs we know, for MFU when the recipe gives no peak_tflops.
+KNOWN_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+# Settings that may change between a run and its resume without changing what is trained.
+RESUMABLE_CHANGES = {"log_steps", "eval_steps", "save_steps", "keep_checkpoints", "num_workers", "threads"}
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the message says where the last good checkpoint is."""
+
+
+def training_flops_per_token(config: NeoBERTConfig, context: float) -> float:
+    """6 x (parameters in matmuls) + attention's 12 x layers x hidden x context (forward plus backward)."""
+    hidden, layers, ffn = config.hidden_size, config.num_hidden_layers, config.ffn_hidden_size
+    per_layer = 4 * hidden * hidden + 3 * hidden * ffn  # qkv + wo, w12 + w3
+    matmul_params = layers * per_layer + hidden * config.vocab_size  # plus the MLM decoder
+    return 6 * matmul_params + 12 * layers * hidden * context
+
+
+def peak_flops(settings: PretrainSettings) -> float | None:
+    if settings.train.peak_tflops:
+        return settings.train.peak_tflops * 1e12
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        for key, tflops in KNOWN_PEAK_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12
+    return None
+
+
+class PretrainTrainer(Trainer):
+    """Trainer plus the paper's schedule, token throughput / MFU in every log, JSONL metrics, NaN stop."""
+
+    def __init__(
+        self, *args, settings: PretrainSettings, flops_per_token: float, peak: float | None, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self.settings = settings
+        self.flops_per_token, self.peak = flops_per_token, peak
+        self.metrics_path = Path(self.args.output_dir) / "metrics.jsonl"
+        self._tokens = 0
+        self._window = (time.perf_counter(), 0)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            optim = self.settings.optim
+            factor = partial(
+                lr_multiplier,
+                warmup_steps=optim.warmup_steps,
+                total_steps=num_training_steps,
+                decay_fraction=optim.decay_fraction,
+                min_ratio=optim.min_lr_ratio,
+            )
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
+        return self.lr_scheduler
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        mask = inputs.get("attention_mask")
+        self._tokens += int(mask.sum()) if mask is not None else inputs["input_ids"].numel()
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            last = last_complete_checkpoint(Path(self.args.output_dir))
+            raise TrainingDiverged(
+                f"the training loss became {loss} at step {self.state.global_step}; nothing was saved after "
+                f"it. Last good checkpoint: {last or 'none yet'}. Lower optim.lr or raise optim.warmup_steps."
+            )
+        if "loss" in logs:
+            now, world = time.perf_counter(), self.args.world_size
+            start, tokens_then = self._window
+            tokens_per_second = (self._tokens - tokens_then) * world / max(now - start, 1e-9)
+            self._window = (now, self._tokens)
+            logs["tokens_per_s"] = round(tokens_per_second, 1)
+            if self.peak:
+                logs["mfu"] = round(tokens_per_second * self.flops_per_token / (self.peak * world), 4)
+        super().log(logs, *args, **kwargs)
+        if self.is_world_process_zero():
+            with self.metrics_path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"step": self.state.global_step, **logs}) + "\n")
+
+
+def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
+    """From `model.init_from` (e.g. stage 1 for stage 2) or from scratch with `model.config` fields."""
+    if settings.model.init_from:
+        model = NeoBERTForMaskedLM.from_pretrained(settings.model.init_from)
+        if settings.data.max_length > model.config.max_length:
+            model.config.max_length = settings.data.max_length
+    else:
+        try:
+            config = NeoBERTConfig(pad_token_id=tokenizer.pad_token_id, **settings.model.config)
+        except (TypeError, ValueError) as err:
+            raise RecipeError(f"model.config: {err}") from err
+        model = NeoBERTForMaskedLM(config)
+    model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
+    if len(tokenizer) > model.config.vocab_size:
+        raise RecipeError(
+            f"model.tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}"
+        )
+    if settings.data.max_length > model.config.max_length:
+        raise RecipeError(
+            f"data.max_length {settings.data.max_length} exceeds model max_length {model.config.max_length}"
+        )
+    return model
+
+
+def check_resume_compatible(settings: PretrainSettings, output_dir: Path) -> None:
+    """A run may only resume with the same recipe (apart from logging/saving cadence)."""
+    recorded = output_dir / "recipe.json"
+    current = settings.model_dump(mode="json")
+    if recorded.exists():
+        previous = json.loads(recorded.read_text())
+        differences = [
+            f"{section}.{field}"
+            for section, values in current.items()
+            for field, value in values.items()
+            if not (section == "train" and field in RESUMABLE_CHANGES)
+            and previous.get(section, {}).get(field) != value
+        ]
+        if differences:
+            raise RecipeError(
+                f"{output_dir} holds a run with a different recipe (fields {', '.join(differences)}); "
+                "use another train.output_dir or the same recipe"
+            )
+    else:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        recorded.write_text(json.dumps(current, indent=2))
+
+
+def last_complete_checkpoint(output_dir: Path) -> str | None:
+    """The newest checkpoint the Trainer finished writing, removing any a kill left half-written.
+
+    The Trainer writes trainer_state.json last, so a checkpoint whose state file parses is complete;
+    transformers' own `get_last_checkpoint` would pick a half-written newer folder and fail to resume.
+    """
+    if not output_dir.exists():
+        return None
+    checkpoints = sorted(
+        (p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+        reverse=True,
+    )
+    for checkpoint in checkpoints:
+        try:
+            json.loads((checkpoint / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            print(f"removing incomplete checkpoint {checkpoint} (the run was stopped while writing it)")
+            shutil.rmtree(checkpoint)
+            continue
+        return str(checkpoint)
+    return None
+
+
+def run_pretraining(settings: PretrainSettings) -> Path:
+    """Train per `settings`, resuming from the newest checkpoint in the output directory; return the final
+    Hugging Face directory (config.json, model.safetensors, tokenizer)."""
+    train = settings.train
+    if train.threads:
+        torch.set_num_threads(train.threads)
+    output_dir = Path(train.output_dir)
+    check_resume_compatible(settings, output_dir)
+    dump_recipe(settings, output_dir / "recipe.yaml")
+
+    tokenizer = load_tokenizer(settings.model.tokenizer)
+    train_docs, heldout_docs = load_corpus(settings.corpus)
+    data = settings.data
+    packed = data.mode == "packed"
+    truncate = None if packed else data.max_length
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    common = dict(
+        max_length=data.max_length,
+        packed=packed,
+        batch_size=data.batch_size,
+        mask_rate=data.mask_rate,
+        mask_mode=data.mask_mode,
+        tokenizer=tokenizer,
+    )
+    train_batches = MLMBatches(
+        tokenize_documents(train_docs, tokenizer, truncate_to=truncate),
+        num_items=train.max_steps * train.grad_accum * world_size,
+        seed=train.seed,
+        length_buckets=[(b.min_tokens, b.probability) for b in data.length_buckets],
+        **common,
+    )
+    eval_batches = None
+    if len(heldout_docs):
+        eval_batches = MLMBatches(
+            tokenize_documents(heldout_docs, tokenizer, truncate_to=truncate),
+            num_items=train.eval_batches,
+            seed=train.seed + 1,
+            **common,
+        )
+
+    set_seed(train.seed)  # the initial weights depend on the recipe's seed only
+    model = build_model(settings, tokenizer)
+    plan = train_batches.plans[0]
+    context = float((plan.piece_end - plan.piece_start).mean())
+    bf16 = train.precision == "bf16" or (
+        train.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    )
+    args = TrainingArguments(
+        output_dir=str(output_dir),
+        max_steps=train.max_steps,
+        per_device_train_batch_size=1,  # each dataset item already is a micro-batch
+        per_device_eval_batch_size=1,
+        gradient_accumulation_steps=train.grad_accum,
+        learning_rate=settings.optim.lr,
+        weight_decay=settings.optim.weight_decay,
+        adam_beta1=settings.optim.betas[0],
+        adam_beta2=settings.optim.betas[1],
+        adam_epsilon=settings.optim.eps,
+        max_grad_norm=settings.optim.max_grad_norm,
+        train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
+        seed=train.seed,
+        bf16=bf16,
+        gradient_checkpointing=settings.model.gradient_checkpointing,
+        logging_steps=train.log_steps,
+        logging_nan_inf_filter=False,  # a NaN must reach `log` and stop the run
+        eval_strategy="steps" if eval_batches is not None else "no",
+        eval_steps=train.eval_steps,
+        prediction_loss_only=True,
+        save_strategy="steps",
+        save_steps=train.save_steps,
+        save_total_limit=train.keep_checkpoints,
+        dataloader_num_workers=train.num_workers,
+        remove_unused_columns=False,
+        deepspeed=train.deepspeed,
+        report_to=[],
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = PretrainTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_batches,
+        eval_dataset=eval_batches,
+        data_collator=unwrap_single,
+        settings=settings,
+        flops_per_token=training_flops_per_token(model.config, context),
+        peak=peak_flops(settings),
+    )
+    trainer.train(resume_from_checkpoint=last_complete_checkpoint(output_dir))
+    final_dir = output_dir / "final"
+    trainer.save_model(str(final_dir))
+    if trainer.is_world_process_zero():
+        tokenizer.model_max_length = model.config.max_length
+        tokenizer.save_pretrained(final_dir)
+    return final_dir

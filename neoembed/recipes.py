@@ -1,0 +1,115 @@
+"""Recipes: YAML files validated into typed pydantic settings, with command-line overrides.
+
+Every job (`pretrain`, `contrastive`, ...) declares its settings as a pydantic model with `extra="forbid"`;
+`load_recipe` reads a YAML file into it, applies `--dotted.field value` overrides, and turns any validation
+error into one message that names the file and each bad field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+Settings = TypeVar("Settings", bound=BaseModel)
+
+
+class RecipeError(ValueError):
+    """A recipe or override that does not validate; the message names the file and the fields."""
+
+
+class StrictSettings(BaseModel):
+    """Base for recipe sections: unknown fields are errors, values are type-checked."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """`field a.b: unknown field; field c: Input should be a valid integer` for each problem."""
+
+    def short(error: dict) -> str:
+        if error["type"] == "extra_forbidden":
+            return "unknown field"
+        return error["msg"].removeprefix("Value error, ")
+
+    return "; ".join(
+        f"field {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {short(e)}" for e in err.errors()
+    )
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML file, or a RecipeError naming the file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise RecipeError(f"{path}: cannot read: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: not valid YAML: {err}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: expected a mapping of fields at the top level")
+    return data
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """`["--optim.lr", "3e-4", "--max-steps=10"]` -> `{"optim.lr": 3e-4, "max_steps": 10}`.
+
+    Values are parsed as YAML scalars, so numbers, booleans and null come out typed; dashes in field names
+    become underscores.
+    """
+    overrides: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or arg == "--":
+            raise RecipeError(f"expected --field value, got {arg!r}")
+        key, sep, value = arg[2:].partition("=")
+        if not sep:
+            if i + 1 >= len(args):
+                raise RecipeError(f"--{key} needs a value")
+            value = args[i + 1]
+            i += 1
+        overrides[key.replace("-", "_")] = yaml.safe_load(value)
+        i += 1
+    return overrides
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `data` with each dotted key set, creating nested mappings as needed."""
+    merged = _deep_copy(data)
+    for dotted, value in overrides.items():
+        node = merged
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RecipeError(f"--{dotted}: {part!r} is not a section")
+            node = child
+        node[leaf] = value
+    return merged
+
+
+def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
+
+
+def load_recipe(
+    path: Path | None, settings_cls: type[Settings], overrides: dict[str, Any] | None = None
+) -> Settings:
+    """Validate the recipe at `path` (or only defaults when None) plus overrides into `settings_cls`."""
+    data = read_yaml_mapping(path) if path is not None else {}
+    data = apply_overrides(data, overrides or {})
+    try:
+        return settings_cls.model_validate(data)
+    except ValidationError as err:
+        where = str(path) if path is not None else "settings"
+        raise RecipeError(f"{where}: {describe_validation_error(err)}") from None
+
+
+def dump_recipe(settings: BaseModel, path: Path) -> None:
+    """Write the resolved settings next to a job's outputs, so a run records exactly what it ran."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False), encoding="utf-8")

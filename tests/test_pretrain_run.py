@@ -1,0 +1,183 @@
+"""`neoembed pretrain` end to end on tiny local corpora: outputs, exact resume after SIGKILL, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from neoembed.pretrain.corpus import CorpusError
+from neoembed.pretrain.settings import PretrainSettings
+from neoembed.pretrain.trainer import run_pretraining
+from neoembed.recipes import RecipeError, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_corpus(path: Path, n=400, seed=0) -> Path:
+    rng = np.random.default_rng(seed)
+    words = [
+        "the",
+        "a",
+        "dog",
+        "cat",
+        "runs",
+        "sleeps",
+        "under",
+        "over",
+        "bright",
+        "river",
+        "stone",
+        "green",
+        "old",
+        "new",
+        "city",
+        "light",
+        "dark",
+    ]
+    lines = [" ".join(rng.choice(words, size=rng.integers(4, 30))) for _ in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tiny_recipe(tmp_path: Path, **train) -> dict:
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    return {
+        "corpus": {"files": [str(corpus)], "heldout_fraction": 0.1},
+        "model": {
+            "config": {
+                "hidden_size": 32,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "intermediate_size": 64,
+                "max_length": 64,
+            }
+        },
+        "data": {"max_length": 64, "batch_size": 4},
+        "optim": {"lr": 3e-3, "warmup_steps": 2},
+        "train": {
+            "output_dir": str(tmp_path / "run"),
+            "max_steps": 8,
+            "log_steps": 1,
+            "eval_steps": 4,
+            "eval_batches": 2,
+            "save_steps": 2,
+            "keep_checkpoints": 2,
+            "threads": 1,
+            "peak_tflops": 0.25,
+            **train,
+        },
+    }
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """The last logged training loss of each step (a resumed run logs the steps after its checkpoint again)."""
+    by_step = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "loss" in record:
+            by_step[record["step"]] = record["loss"]
+    return by_step
+
+
+def test_a_run_writes_a_loadable_model_metrics_and_rotated_checkpoints(tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    settings = PretrainSettings.model_validate(tiny_recipe(tmp_path))
+    final = run_pretraining(settings)
+    model = AutoModelForMaskedLM.from_pretrained(final)
+    assert (final / "tokenizer.json").exists() and model.config.hidden_size == 32
+    run = tmp_path / "run"
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_logs = [r for r in records if "loss" in r]
+    assert len(train_logs) == 8 and all(r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1 for r in train_logs)
+    assert sum(1 for r in records if "eval_loss" in r) == 2
+    assert train_logs[-1]["loss"] < train_logs[0]["loss"]
+
+
+def test_a_run_killed_with_sigkill_resumes_on_the_same_loss_curve(tmp_path):
+    recipe = tiny_recipe(tmp_path)
+    uninterrupted = PretrainSettings.model_validate(recipe)
+    run_pretraining(uninterrupted)
+    expected = losses(Path(uninterrupted.train.output_dir))
+
+    killed_dir = tmp_path / "killed"
+    recipe["train"]["output_dir"] = str(killed_dir)
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(yaml.safe_dump(recipe))
+    command = [sys.executable, "-m", "neoembed", "pretrain", "--recipe", str(recipe_path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not (killed_dir / "checkpoint-2" / "trainer_state.json").exists():
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no checkpoint within the time limit"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed_dir / "final").exists()
+
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    resumed = losses(killed_dir)
+    assert sorted(resumed) == list(range(1, 9))
+    for step in range(1, 9):
+        assert resumed[step] == pytest.approx(expected[step], abs=1e-6), f"step {step}"
+
+
+def test_resuming_with_a_different_recipe_is_refused(tmp_path):
+    recipe = tiny_recipe(tmp_path, max_steps=2, save_steps=2)
+    run_pretraining(PretrainSettings.model_validate(recipe))
+    recipe["optim"]["lr"] = 1e-4
+    with pytest.raises(RecipeError, match="optim.lr"):
+        run_pretraining(PretrainSettings.model_validate(recipe))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"train.max_steps": "many"}, "train.max_steps"),
+        ({"data.mode": "zipped"}, "data.mode"),
+        ({"optim.lrr": 1.0}, "optim.lrr: unknown field"),
+        ({"corpus.wordnet": True}, "exactly one of"),
+    ],
+)
+def test_recipe_errors_name_the_field(tmp_path, override, message):
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(tiny_recipe(tmp_path)))
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(path, PretrainSettings, override)
+
+
+def test_unreadable_corpora_are_clear_errors(tmp_path):
+    recipe = tiny_recipe(tmp_path)
+    recipe["corpus"]["files"] = [str(tmp_path / "missing-*.txt")]
+    with pytest.raises(CorpusError, match="matches no file"):
+        run_pretraining(PretrainSettings.model_validate(recipe))
+
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 5)
+    recipe["corpus"]["files"] = [str(bad)]
+    recipe["train"]["output_dir"] = str(tmp_path / "run2")
+    with pytest.raises(CorpusError, match="not UTF-8"):
+        run_pretraining(PretrainSettings.model_validate(recipe))
+
+    table = tmp_path / "docs.jsonl"
+    table.write_text('{"body": "hello"}\n')
+    recipe["corpus"]["files"] = [str(table)]
+    recipe["train"]["output_dir"] = str(tmp_path / "run3")
+    with pytest.raises(CorpusError, match="no column 'text'.*body"):
+        run_pretraining(PretrainSettings.model_validate(recipe))
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path):
+    recipe = tiny_recipe(tmp_path)
+    recipe["model"]["config"]["vocab_size"] = 1000
+    with pytest.raises(RecipeError, match="vocab_size"):
+        run_pretraining(PretrainSettings.model_validate(recipe))
