@@ -8,7 +8,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from neoembed.index import IndexingError, IndexMismatchError, Manifest, add_documents, build_index, load_index
+from neoembed.index import (
+    IndexingError,
+    IndexMismatchError,
+    Manifest,
+    add_documents,
+    build_index,
+    load_index,
+    rebuild_index,
+)
 from neoembed.index import encode as index_encode
 from neoembed.index.store import read_vectors
 
@@ -43,12 +51,15 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, corpus):
-    """One index directory per factory, built from the same corpus."""
+    """One index directory per factory: the corpus embedded once, then rebuilt from the stored vectors."""
     root = tmp_path_factory.mktemp("indexes")
-    return {
-        f: build_index([corpus], root / f.replace(",", "_"), factory=f, threads=2, tune_queries=60)
-        for f in FACTORIES
-    } | {"root": root}
+    manifests = {"Flat": build_index([corpus], root / "Flat", factory="Flat", threads=2, tune_queries=60)}
+    for factory in FACTORIES[1:]:
+        shutil.copytree(root / "Flat", _dir({"root": root}, factory))
+        manifests[factory] = rebuild_index(
+            _dir({"root": root}, factory), factory=factory, threads=2, tune_queries=60
+        )
+    return manifests | {"root": root}
 
 
 def _dir(built, factory):
@@ -82,6 +93,8 @@ def test_manifest_records_model_dimension_and_measurements(built):
         assert t.recall_at_10 >= 0.95 and t.curve[-1]["recall_at_10"] == t.recall_at_10
         vectors = read_vectors(_dir(built, factory) / "vectors.f32", 384)
         assert vectors.shape == (72, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
+    for factory in FACTORIES[1:]:  # rebuilt in place: the Flat index file it replaced is gone
+        assert not (_dir(built, factory) / built["Flat"].index_file).exists()
     assert built["IVF4,Flat"].search_params.keys() == {"nprobe"}
     assert built["HNSW8"].search_params.keys() == {"efSearch"}
     assert built["Flat"].search_params == {} and built["Flat"].tuning.recall_at_10 == 1.0

@@ -28,12 +28,12 @@ def _hit_rate(index, queries, k=10):
 
 
 def test_heldout_example_finds_its_gloss_among_the_other_senses(synsets, tmp_path):
-    """A subset corpus: 40 held-out synsets, every other sense of their lemmas, and 600 unrelated synsets."""
-    queries = _heldout_examples(synsets, 40)
+    """A subset corpus: 25 held-out synsets, every other sense of their lemmas, and 300 unrelated synsets."""
+    queries = _heldout_examples(synsets, 25)
     lemmas = {lemma for s in queries for lemma in s.lemmas}
-    keep = {s.id for s in synsets if lemmas & set(s.lemmas)} | {s.id for s in synsets[::200]}
+    keep = {s.id for s in synsets if lemmas & set(s.lemmas)} | {s.id for s in synsets[::400]}
     docs = list(wordnet_documents([s for s in synsets if s.id in keep]))
-    assert len(docs) > 800 and all(s.examples[0] not in d.text for s in queries for d in docs)
+    assert len(docs) > 400 and all(s.examples[0] not in d.text for s in queries for d in docs)
     path = tmp_path / "wordnet.jsonl"
     path.write_text("".join(json.dumps({"id": d.id, "text": d.text, **d.metadata}) + "\n" for d in docs))
     build_index([path], tmp_path / "index", threads=2, tune_queries=100)

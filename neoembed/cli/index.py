@@ -1,4 +1,4 @@
-"""`neoembed index build|add|export`: make, grow and export FAISS index directories."""
+"""`neoembed index build|add|rebuild|export`: make, grow, re-index and export FAISS index directories."""
 
 from __future__ import annotations
 
@@ -109,6 +109,31 @@ def add(
         manifest = add_documents(
             index, corpus, batch_size=batch_size, threads=threads, tune_queries=tune_queries,
             id_field=id_field, text_field=text_field,
+        )  # fmt: skip
+        _print_summary(manifest, index)
+
+
+@app.command()
+def rebuild(
+    index: IndexDir,
+    factory: Annotated[str, typer.Option(help="'auto' or a FAISS factory string.")] = "auto",
+    target_recall: Annotated[
+        float | None, typer.Option(help="recall@10 to reach (default: the index's).")
+    ] = None,
+    memory_gb: Annotated[
+        float | None, typer.Option(help="Memory for the index (default: half of available).")
+    ] = None,
+    tune_queries: TuneQueries = 1000,
+    threads: Threads = None,
+) -> None:
+    """Rebuild the FAISS index from the stored vectors with another factory or target; no re-embedding."""
+    with clean_errors(threads):
+        from neoembed.index import rebuild_index
+
+        memory = None if memory_gb is None else int(memory_gb * 2**30)
+        manifest = rebuild_index(
+            index, factory=factory, target_recall=target_recall, threads=threads, memory_bytes=memory,
+            tune_queries=tune_queries,
         )  # fmt: skip
         _print_summary(manifest, index)
 

@@ -7,7 +7,7 @@
 faiss is imported through `neoembed.index._faiss`, which sets the BLAS core type first.
 """
 
-from neoembed.index.build import add_documents, build_index
+from neoembed.index.build import add_documents, build_index, rebuild_index
 from neoembed.index.corpus import Document, read_corpus
 from neoembed.index.errors import CorpusError, IndexingError, IndexMismatchError
 from neoembed.index.export import export_index
@@ -29,4 +29,5 @@ __all__ = [
     "export_index",
     "load_index",
     "read_corpus",
+    "rebuild_index",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,7 +123,7 @@ def _tune_and_commit(
         log.warning(
             "recall@10 %.3f stays below the target %.3f at every setting tried", chosen.recall_at_10, target
         )
-    index_file = f"index-{n}.faiss"
+    index_file = f"index-{n}-{int(time.time() * 1000)}.faiss"  # a new name on every write
     faiss.write_index(index, str(out / index_file))
     tuning = Tuning(
         target, len(rows), chosen.recall_at_10, chosen.qps_batch, chosen.qps_single, exact_qps, threads, curve
@@ -266,3 +267,32 @@ def add_documents(
     return _tune_and_commit(
         index, vectors, out, fields, manifest.tuning.target_recall, tune_queries, threads, seed
     )
+
+
+def rebuild_index(
+    index_dir: str | Path,
+    *,
+    factory: str = "auto",
+    target_recall: float | None = None,
+    threads: int | None = None,
+    memory_bytes: int | None = None,
+    tune_queries: int = 1000,
+    seed: int = 0,
+) -> Manifest:
+    """Rebuild an index directory's FAISS index from its stored vectors with another factory (or target),
+    without re-embedding; the model is not loaded."""
+    out = Path(index_dir)
+    threads = set_threads(threads)
+    manifest = Manifest.load(out)
+    vectors = read_vectors(out / VECTORS_FILE, manifest.dimension, manifest.ntotal)
+    reason = "given by --factory"
+    if factory == "auto":
+        factory, reason = choose_factory(manifest.ntotal, manifest.dimension, memory_bytes)
+    index = _train_and_fill(
+        _empty_index(factory, manifest.dimension, manifest.metric, manifest.ntotal), factory, vectors, seed
+    )
+    fields = dict(model=manifest.model, model_fingerprint=manifest.model_fingerprint, dimension=manifest.dimension,
+                  metric=manifest.metric, normalized=manifest.normalized, factory=factory, factory_reason=reason,
+                  previous_index_file=manifest.index_file)  # fmt: skip
+    target = manifest.tuning.target_recall if target_recall is None else target_recall
+    return _tune_and_commit(index, vectors, out, fields, target, tune_queries, threads, seed)

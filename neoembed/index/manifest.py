@@ -1,7 +1,7 @@
 """The manifest of an index directory, and the names of the files the directory holds.
 
 An index directory contains:
-  index-<n>.faiss  the FAISS index (FAISS id = row position); the manifest names the current file
+  index-*.faiss    the FAISS index (FAISS id = row position); the manifest names the current file
   docs.sqlite      the document store: id, text, metadata per position
   vectors.f32      the embeddings, float32 row-major, one row per position
   manifest.json    this manifest: which model made the vectors, how the index was chosen and tuned,
