@@ -163,3 +163,15 @@ def test_schedule_warms_up_decays_by_cosine_then_stays_at_ten_percent():
     assert math.isclose(f(midpoint), 0.1 + 0.9 * 0.5, rel_tol=1e-9)
     assert math.isclose(f(899), 0.1, abs_tol=1e-4) and f(900) == 0.1 and f(999) == 0.1
     assert all(f(s) >= f(s + 1) for s in range(100, 999))
+
+
+@pytest.mark.parametrize("recipe", ["pretrain-cpu", "neobert-stage1", "neobert-stage2"])
+def test_shipped_recipes_validate(recipe):
+    from pathlib import Path
+
+    from neoembed.pretrain.settings import PretrainSettings
+    from neoembed.recipes import load_recipe
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / f"{recipe}.yaml"
+    settings = load_recipe(path, PretrainSettings)
+    assert settings.optim.betas == (0.9, 0.95) and settings.data.mask_rate == 0.2

@@ -148,14 +148,18 @@ class MLMBatches(torch.utils.data.Dataset):
             if len(doc_ids) == 0:
                 raise ValueError(f"length bucket >= {min_tokens} tokens has no documents")
             self.plans.append(plan_rows(lengths[doc_ids], doc_ids, max_length, packed))
-        # Which bucket each item draws from, and how many earlier items drew from it.
-        probabilities = np.array([p for _, p in buckets])
-        rng = np.random.default_rng([seed, 0xB0C])
-        self.item_bucket = rng.choice(len(buckets), size=num_items, p=probabilities / probabilities.sum())
-        self.item_rank = np.zeros(num_items, dtype=np.int64)
-        for b in range(len(buckets)):
-            chosen = self.item_bucket == b
-            self.item_rank[chosen] = np.arange(chosen.sum())
+        # With several buckets: which bucket each item draws from, and how many earlier items drew from it
+        # (a few bytes per item; with one bucket, item i simply takes the i-th slice of rows).
+        self.item_bucket = self.item_rank = None
+        if len(buckets) > 1:
+            probabilities = np.array([p for _, p in buckets])
+            rng = np.random.default_rng([seed, 0xB0C])
+            self.item_bucket = rng.choice(len(buckets), size=num_items, p=probabilities / probabilities.sum())
+            self.item_bucket = self.item_bucket.astype(np.int8)
+            self.item_rank = np.zeros(num_items, dtype=np.int64)
+            for b in range(len(buckets)):
+                chosen = self.item_bucket == b
+                self.item_rank[chosen] = np.arange(chosen.sum())
 
     def __len__(self) -> int:
         return self.num_items
@@ -166,9 +170,12 @@ class MLMBatches(torch.utils.data.Dataset):
 
     def rows_of(self, item: int) -> tuple[int, list[int]]:
         """(bucket, row indices) of micro-batch `item`: the next rows of that bucket's shuffled stream."""
-        bucket = int(self.item_bucket[item])
+        if self.item_bucket is None:
+            bucket, rank = 0, item
+        else:
+            bucket, rank = int(self.item_bucket[item]), int(self.item_rank[item])
         plan = self.plans[bucket]
-        first = int(self.item_rank[item]) * self.batch_size
+        first = rank * self.batch_size
         rows = []
         for position in range(first, first + self.batch_size):
             epoch, offset = divmod(position, plan.num_rows)
