@@ -111,10 +111,10 @@ def glue(
             data_dir=data_dir,
             tokenizer_name=tokenizer,
             mnli_checkpoint=mnli_checkpoint,
-            log=lambda line: console.print(line, markup=False),
+            log=lambda line: console.print(line, markup=False, soft_wrap=True),
         )
     except GlueError as err:
-        console.print(f"error: {err}", style="red", markup=False)
+        console.print(f"error: {err}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     json_path, md_path = write_report(model, results, output)
     console.print(md_path.read_text(encoding="utf-8"), markup=False, soft_wrap=True)

@@ -101,6 +101,7 @@ def fine_tune(
         ],
     )
     trainer.train()
+    trainer.remove_callback(EarlyStoppingCallback)  # it only understands the training-time evaluations
     metrics = {}
     for split in task.eval_splits:
         found = trainer.evaluate(data[split], metric_key_prefix=split)
