@@ -47,9 +47,10 @@ def keys(texts):
     return np.array([text_key(clean(t)) for t in texts], dtype=np.uint64)
 
 
-def mine(miner, pairs, tmp_path):
+def mine(miner, pairs, tmp_path, groups=None):
     queries, positives = [q for q, _ in pairs], [p for _, p in pairs]
-    return miner.mine(queries, keys(queries), positives, keys(positives), tmp_path)
+    groups = np.zeros(len(pairs), dtype=np.uint64) if groups is None else np.array(groups, dtype=np.uint64)
+    return miner.mine(queries, keys(queries), positives, keys(positives), groups, tmp_path)
 
 
 def test_margin_rule_removes_the_planted_false_negative(miner, tmp_path):
@@ -105,6 +106,17 @@ def test_positive_duplicates_other_positives_and_the_query_itself_are_never_nega
     assert negatives[10] == negatives[-2]  # one query, mined once
     assert pairs[10][1] not in negatives[-1]  # near-duplicate of the query (case, punctuation)
     assert stats.dropped_positive >= len(pairs)
+
+
+def test_rows_of_one_group_are_never_negatives_for_each_other(miner, tmp_path):
+    ungrouped, _ = mine(miner, PAIRS, tmp_path / "a")
+    victim = ungrouped[0][0]  # the hardest negative of the first query, the positive of some row r
+    r = next(i for i, (_, p) in enumerate(PAIRS) if p == victim)
+    groups = [0] * len(PAIRS)
+    groups[0] = groups[r] = 7  # same group: e.g. two pairs from one WordNet synset
+    grouped, _ = mine(miner, PAIRS, tmp_path / "b", groups)
+    assert victim not in grouped[0] and PAIRS[0][1] not in grouped[r]
+    assert grouped[0][: len(ungrouped[0]) - 1] == ungrouped[0][1:]  # the rest move up
 
 
 def test_encoding_resumes_from_the_last_flushed_chunk(tmp_path):

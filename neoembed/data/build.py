@@ -140,6 +140,7 @@ class Build:
                 table["query_key"].to_numpy(),
                 table["positive"].to_pylist(),
                 table["positive_key"].to_numpy(),
+                table["group_key"].to_numpy(),
                 workdir,
             )
             negatives = [_merge(given, new) for given, new in zip(negatives, mined, strict=True)]

@@ -30,8 +30,10 @@ class Mapping(_Strict):
     positive: str
     negatives: list[str] = Field(default_factory=list)
     score: str | None = None  # STS-style sources: a numeric column filtered by options.min_score
+    # Rows sharing a group value (e.g. a WordNet synset) never mine each other's positives as negatives.
+    group: str | None = None
 
-    @field_validator("query", "positive", "score")
+    @field_validator("query", "positive", "score", "group")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         if value is not None:
@@ -52,6 +54,8 @@ class Mapping(_Strict):
         named.update({f"negatives[{i}]": p for i, p in enumerate(self.negatives)})
         if self.score:
             named["score"] = self.score
+        if self.group:
+            named["group"] = self.group
         return {name: FieldPath.parse(path) for name, path in named.items()}
 
 

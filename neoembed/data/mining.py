@@ -38,7 +38,8 @@ class MiningStats:
     queries: int = 0
     pool: int = 0
     candidates: int = 0
-    dropped_positive: int = 0  # the positive, another positive of the same query, or the query itself
+    # the positive, another positive of the same query, the query itself, or a positive of the same group
+    dropped_positive: int = 0
     dropped_margin: int = 0
     mined: int = 0
     rows_short: int = 0  # rows that got fewer than num_negatives
@@ -82,6 +83,7 @@ class Miner:
         query_keys: np.ndarray,
         positives: list[str],
         positive_keys: np.ndarray,
+        group_keys: np.ndarray,
         workdir: Path,
     ) -> tuple[list[list[str]], MiningStats]:
         """Up to `num_negatives` mined negatives per row, hardest first, from the pool of the rows' positives."""
@@ -109,13 +111,16 @@ class Miner:
         positive_score = np.full(len(unique_queries), np.inf, dtype=np.float32)
         np.minimum.at(positive_score, query_index, row_scores)
         threshold = positive_score - np.abs(positive_score) * (1.0 - cfg.margin)
-        # Excluded besides the positive itself: other positives of the same query, and the query's own text.
+        # Excluded besides the positive itself: other positives of the same query, the query's own text, and
+        # positives of rows in the query's group (mapping.group, e.g. the WordNet synset).
         # Near-duplicates of the positive are the positive: the pool is deduplicated by normalised key.
         extra = {}
         for q, p in _extra_positives(query_index, pool_index, unique_queries):
             extra.setdefault(int(q), []).append(int(p))
         first_positive = pool_index[unique_queries]
         own_keys = query_keys[unique_queries]
+        own_groups = group_keys[unique_queries]  # a query's group: that of its first row (0: none)
+        pool_groups = group_keys[unique_pool]
         stats.seconds["select"] += time.perf_counter() - started
 
         started = time.perf_counter()
@@ -132,8 +137,12 @@ class Miner:
 
             started = time.perf_counter()
             valid = ids >= 0
+            candidate = np.maximum(ids, 0)
             is_positive = (ids == first_positive[lo:hi, None]) | (
-                pool_keys[np.maximum(ids, 0)] == own_keys[lo:hi, None]
+                pool_keys[candidate] == own_keys[lo:hi, None]
+            )
+            is_positive |= (pool_groups[candidate] == own_groups[lo:hi, None]) & (
+                own_groups[lo:hi, None] != 0
             )
             for q in range(lo, hi):
                 for p in extra.get(q, ()):

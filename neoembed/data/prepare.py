@@ -41,10 +41,11 @@ STAGING_SCHEMA = pa.schema(
         ("source", pa.string()),
         ("query_key", pa.uint64()),
         ("positive_key", pa.uint64()),
+        ("group_key", pa.uint64()),  # 0: no group
     ]
 )
 BATCH_ROWS = 10_000
-FORMAT_VERSION = "1"  # bump when normalisation or filtering changes, so old staging is rebuilt
+FORMAT_VERSION = "2"  # bump when normalisation or filtering changes, so old staging is rebuilt
 
 
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:
@@ -111,7 +112,7 @@ def prepare_source(
                     if malformed_example is None:
                         malformed_example = {"row": index, "error": str(row)}
                     continue
-                query, positive, score, given = row
+                query, positive, score, group, given = row
                 query, positive = clean(query or ""), clean(positive or "")
                 query_key, positive_key = text_key(query), text_key(positive)
                 reason = check(query, positive, query_key, positive_key, score, limits)
@@ -126,7 +127,8 @@ def prepare_source(
                     continue
                 negatives = clean_negatives(given, query_key, positive_key, limits)
                 for name, value in zip(
-                    STAGING_SCHEMA.names, (query, positive, negatives, manifest.name, query_key, positive_key)
+                    STAGING_SCHEMA.names,
+                    (query, positive, negatives, manifest.name, query_key, positive_key, group),
                 ):
                     rows[name].append(value)
                 query_lengths.append(len(query))
@@ -155,29 +157,29 @@ def prepare_source(
 
 
 def _read_rows(batch: dict[str, list], paths: dict[str, FieldPath]):
-    """(query, positive, score, raw negatives) per row of a column batch, or the RowError that row raised."""
+    """(query, positive, score, group key, raw negatives) per row of a batch, or the RowError the row raised."""
     query_path, positive_path = paths["query"], paths["positive"]
-    score_path = paths.get("score")
+    score_path, group_path = paths.get("score"), paths.get("group")
     negative_paths = [p for name, p in paths.items() if name.startswith("negatives[")]
     for offset in range(len(batch[query_path.column])):
+
+        def value(path: FieldPath | None, offset=offset):
+            return None if path is None else path.extract_from_column(batch[path.column][offset])
+
         try:
-            query = query_path.extract_from_column(batch[query_path.column][offset])
-            positive = positive_path.extract_from_column(batch[positive_path.column][offset])
+            query, positive = value(query_path), value(positive_path)
             if not isinstance(query, str | None) or not isinstance(positive, str | None):
                 raise RowError("query and positive must be strings")
-            score = (
-                _number(score_path.extract_from_column(batch[score_path.column][offset]))
-                if score_path
-                else None
-            )
+            score, group = _number(value(score_path)), value(group_path)
             negatives = []
             for path in negative_paths:
-                value = path.extract_from_column(batch[path.column][offset])
-                negatives.extend(value if isinstance(value, list) else [value])
+                found = value(path)
+                negatives.extend(found if isinstance(found, list) else [found])
         except RowError as err:
             yield err
             continue
-        yield query, positive, score, negatives
+        group = 0 if group is None else text_key(str(group))
+        yield query, positive, score, group, negatives
 
 
 def _number(value) -> float | None:
