@@ -107,7 +107,9 @@ def wordnet_set(
     if not (index_dir / MANIFEST_FILE).exists():
         build_index(["wordnet"], index_dir, model=model, threads=threads)
     index = load_index(index_dir, threads=threads)
-    heldout = [s for s in load_synsets() if s.examples and split_of(s.id) == "heldout"][:queries]
+    candidates = [s for s in load_synsets() if s.examples and split_of(s.id) == "heldout"]
+    present = set(index.store.existing_ids(s.id for s in candidates))  # the index may hold a subset
+    heldout = [s for s in candidates if s.id in present][:queries]
     xq = index.encode([s.examples[0] for s in heldout])
     hits = index.search_vectors(xq, k=10)
     gloss_hit = sum(s.id in {h.id for h in row} for s, row in zip(heldout, hits)) / len(heldout)
@@ -115,31 +117,39 @@ def wordnet_set(
     return np.ascontiguousarray(base), xq, gloss_hit
 
 
+def _verdict(rows: list[dict], target: float, threads: int) -> tuple[bool, str]:
+    auto = next(r for r in rows if r["auto"])
+    met = auto["recall_at_10"] >= target and auto["x_exact_batch"] >= 3
+    return met, (
+        f"{auto['set']}: auto choice {auto['factory']} ({auto['param']}) recall@10 {auto['recall_at_10']:.3f} at "
+        f"{auto['x_exact_batch']:.1f}x exact batch QPS and {auto['x_exact_single']:.1f}x exact single-query QPS, "
+        f"{threads} threads (target: recall@10 >= {target} at >= 3x exact QPS: {'met' if met else 'NOT met'})"
+    )
+
+
 def run(*, n: int, dim: int, queries: int, target: float, threads: int, wordnet_index: Path | None, model: str,
         out_dir: Path) -> dict:  # fmt: skip
+    """Bench the synthetic set (skipped when n is 0) and the WordNet set (skipped when wordnet_index is None)."""
     threads = set_threads(threads)
     import torch
 
     torch.set_num_threads(threads)
-    base, xq = structured_vectors(n, dim, queries=queries)
-    rows = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target)
-    auto = next(r for r in rows if r["auto"])
-    verdict = auto["recall_at_10"] >= target and auto["x_exact_batch"] >= 3
-    summary = (
-        f"auto choice on {n} synthetic vectors: {auto['factory']} ({auto['param']}) recall@10 "
-        f"{auto['recall_at_10']:.3f} at {auto['x_exact_batch']:.1f}x exact batch QPS and "
-        f"{auto['x_exact_single']:.1f}x exact single-query QPS, {threads} threads "
-        f"(target: recall@10 >= {target} at >= 3x exact QPS: {'met' if verdict else 'NOT met'})"
-    )
+    rows, lines, verdict = [], [], None
+    if n:
+        base, xq = structured_vectors(n, dim, queries=queries)
+        rows = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target)
+        verdict, line = _verdict(rows, target, threads)
+        lines.append(line)
     if wordnet_index is not None:
         wn_base, wn_q, gloss_hit = wordnet_set(wordnet_index, model, queries, threads)
-        rows += _bench_set(
-            f"WordNet {len(wn_base) // 1000}k x {wn_base.shape[1]} ({model})", wn_base, wn_q, target
+        wn_rows = _bench_set(
+            f"WordNet {len(wn_base) / 1000:.1f}k x {wn_base.shape[1]} ({model})", wn_base, wn_q, target
         )
-        summary += (
-            f"\nWordNet: exact search puts a held-out example's own gloss in the top 10 for "
-            f"{gloss_hit:.1%} of {len(wn_q)} examples"
-        )
+        rows += wn_rows
+        lines.append(_verdict(wn_rows, target, threads)[1])
+        lines.append(f"WordNet: exact search puts a held-out example's own gloss in the top 10 for {gloss_hit:.1%} "
+                     f"of {len(wn_q)} examples")  # fmt: skip
+    summary = "\n".join(lines)
     table = markdown_table(rows, COLUMNS)
     payload = {
         "rows": rows,
