@@ -187,3 +187,17 @@ def test_cli_builds_and_reports_errors(config, tmp_path):
 
     result = runner.invoke(app, [*args[:5], "--sources", "nope"])
     assert result.exit_code == 2 and "unknown source(s) ['nope']" in result.output
+
+
+def test_load_records_reads_a_finished_build(config):
+    from neoembed.data.records import RecordsError, load_records
+
+    with pytest.raises(RecordsError, match="no stats.json"):
+        load_records(config.out)
+    stats = build(config)
+    records = load_records(config.out)
+    assert {n: len(d) for n, d in records.items()} == {n: s["rows_out"] for n, s in stats["sources"].items()}
+    assert records["qqp"].column_names == ["query", "positive", "negatives", "source"]
+    assert records["qqp"][0]["negatives"] == ["How do I learn Java?", "Is Python slow?"]
+    with pytest.raises(RecordsError, match="not in this build"):
+        load_records(config.out, ["nope"])
