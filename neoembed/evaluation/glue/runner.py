@@ -34,7 +34,7 @@ class TaskResult:
     metrics: dict[str, dict[str, float]]
     hyperparameters: dict
     init_from: str
-    runs: int  # grid points finished for this task
+    runs: int  # grid points searched for this task
     best_step: int
     epochs: float
 
