@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from neoembed.pretrain import NeoBERTForMaskedLM, tiny_config
-from neoembed.pretrain.batches import MLMBatches, mask_tokens, plan_rows, tokenize_documents
+from neoembed.pretrain.batches import MLMBatches, mask_tokens, packed_to_padded, plan_rows, tokenize_documents
 from neoembed.pretrain.schedule import lr_multiplier
 from neoembed.pretrain.tokenizer import load_tokenizer
 
@@ -128,19 +128,10 @@ def test_packed_and_padded_batches_of_the_same_documents_give_the_same_loss(toke
     torch.manual_seed(0)
     model = NeoBERTForMaskedLM(tiny_config()).eval()
     packed = make_batches(tokenizer, True)[0]
-    cu = packed["cu_seqlens"].tolist()
-    inputs, labels = packed["input_ids"][0], packed["labels"][0]
-    rows = [(inputs[s:e], labels[s:e]) for s, e in zip(cu[:-1], cu[1:])]
-    width = max(len(r[0]) for r in rows)
-    padded_ids = torch.zeros(len(rows), width, dtype=torch.long)
-    padded_labels = torch.full((len(rows), width), -100)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, (ids, lab) in enumerate(rows):
-        padded_ids[i, : len(ids)], padded_labels[i, : len(ids)], mask[i, : len(ids)] = ids, lab, 1
+    padded = packed_to_padded(packed)
+    assert padded["attention_mask"].sum() == packed["input_ids"].numel()
     with torch.no_grad():
-        packed_loss = model(**packed).loss
-        padded_loss = model(padded_ids, attention_mask=mask, labels=padded_labels).loss
-    assert abs(packed_loss.item() - padded_loss.item()) < 1e-5
+        assert abs(model(**packed).loss.item() - model(**padded).loss.item()) < 1e-5
 
 
 def test_sparse_prediction_gives_the_same_loss(tokenizer):

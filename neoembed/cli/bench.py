@@ -152,3 +152,25 @@ def serve(
     typer.echo(result["table"])
     typer.echo(result["summary"])
     typer.echo(f"wrote {result['json']} and {result['markdown']}")
+
+
+@app.command("pretrain")
+def pretrain(
+    config: str = typer.Option("small", help="small (4 x 256) or full (the 250M NeoBERT)."),
+    max_length: int = typer.Option(512, min=16, help="Row length of both layouts."),
+    token_budget: int = typer.Option(8192, min=64, help="Token slots per step in both layouts."),
+    steps: int = typer.Option(5, min=1, help="Timed training steps per layout."),
+    threads: int = typer.Option(2, min=1, help="torch CPU threads."),
+    peak_tflops: float = typer.Option(0.25, min=0.0, help="Device peak for MFU (0.25: this CPU in fp32)."),
+    out: Path = typer.Option(
+        Path("runs/bench/pretrain"), help="Directory for pretrain.json and pretrain.md."
+    ),
+):
+    """MLM training throughput: packed vs padded batches on a length-skewed corpus, with MFU."""
+    from neoembed.bench import pretrain as bench_pretrain
+
+    if config not in bench_pretrain.CONFIGS:
+        raise typer.BadParameter(f"unknown config {config!r}; choose from {list(bench_pretrain.CONFIGS)}")
+    result = bench_pretrain.run(config, max_length, token_budget, steps, threads, peak_tflops or None, out)
+    typer.echo(result["table"])
+    typer.echo(f"wrote {result['json']} and {result['markdown']}")

@@ -222,3 +222,22 @@ def unwrap_single(items: list[dict]) -> dict:
     """Collate for loaders with batch_size=1 over `MLMBatches`: each item already is a batch."""
     (batch,) = items
     return batch
+
+
+def packed_to_padded(batch: dict[str, torch.Tensor], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
+    """The same sequences, inputs and labels as a packed batch, as a padded batch (one sequence per row).
+
+    For checking that the two layouts train the same model: their losses must agree.
+    """
+    cu = batch["cu_seqlens"].tolist()
+    inputs, labels = batch["input_ids"].reshape(-1), batch["labels"].reshape(-1)
+    spans = list(zip(cu[:-1], cu[1:]))
+    width = max(end - start for start, end in spans)
+    ids = torch.full((len(spans), width), pad_token_id, dtype=inputs.dtype)
+    padded_labels = torch.full((len(spans), width), -100, dtype=labels.dtype)
+    attention_mask = torch.zeros(len(spans), width, dtype=torch.long)
+    for row, (start, end) in enumerate(spans):
+        ids[row, : end - start] = inputs[start:end]
+        padded_labels[row, : end - start] = labels[start:end]
+        attention_mask[row, : end - start] = 1
+    return {"input_ids": ids, "labels": padded_labels, "attention_mask": attention_mask}
