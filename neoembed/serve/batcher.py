@@ -147,9 +147,20 @@ class Batcher:
     # --- worker side -----------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while (window := self._next_window()) is not None:
-            for batch in plan_batches([item.tokens for item in window], self.max_batch_tokens):
-                self._run_batch([window[i] for i in batch])
+        window: list[_Item] | None = []
+        try:
+            while (window := self._next_window()) is not None:
+                for batch in plan_batches([item.tokens for item in window], self.max_batch_tokens):
+                    self._run_batch([window[i] for i in batch])
+        except BaseException as err:  # a bug here must not leave requests waiting forever
+            log.exception("the inference worker stopped")
+            with self._cond:
+                self._closing = True
+                failed = [*(window or []), *self._pending]
+                self._pending.clear()
+            for job in {id(item.job): item.job for item in failed}.values():
+                job.settle(error=err)
+            raise
 
     def _next_window(self) -> list[_Item] | None:
         """The oldest queued inputs, up to WINDOW_BATCHES budgets of tokens; None once closed and drained."""
@@ -177,6 +188,8 @@ class Batcher:
             self._metrics.queue_seconds.observe(started - item.enqueued)
         try:
             vectors = self._embed([item.text for item in items])
+            if len(vectors) != len(items):
+                raise RuntimeError(f"the model returned {len(vectors)} embeddings for {len(items)} inputs")
         except Exception as err:  # a failed batch fails its requests, never the worker
             log.exception("batch of %d inputs failed", len(items))
             for job in {id(item.job): item.job for item in items}.values():
