@@ -6,6 +6,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from synthetic_text import random_documents
 
 from neoembed.pretrain import NeoBERTForMaskedLM, tiny_config
 from neoembed.pretrain.batches import MLMBatches, mask_tokens, packed_to_padded, plan_rows, tokenize_documents
@@ -18,29 +19,6 @@ MASK, VOCAB = 103, 30522
 @pytest.fixture(scope="module")
 def tokenizer():
     return load_tokenizer()
-
-
-def documents(n=60, seed=0):
-    rng = np.random.default_rng(seed)
-    words = [
-        "the",
-        "a",
-        "dog",
-        "cat",
-        "runs",
-        "sleeps",
-        "quickly",
-        "under",
-        "over",
-        "bright",
-        "river",
-        "stone",
-        "green",
-        "old",
-        "new",
-        "city",
-    ]
-    return [" ".join(rng.choice(words, size=rng.integers(3, 40))) for _ in range(n)]
 
 
 def test_release_masking_selects_the_rate_of_non_special_tokens_all_as_mask():
@@ -90,7 +68,7 @@ def test_padded_plan_is_one_truncated_document_per_row():
 
 
 def make_batches(tokenizer, packed, **overrides):
-    docs = datasets.Dataset.from_dict({"text": documents()})
+    docs = datasets.Dataset.from_dict({"text": random_documents(60)})
     tokenized = tokenize_documents(docs, tokenizer, truncate_to=None if packed else 32)
     fields = dict(
         max_length=32, packed=packed, batch_size=4, num_items=12, seed=3, mask_rate=0.2, mask_mode="mask"

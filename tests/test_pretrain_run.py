@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
+from synthetic_text import random_documents
 
 from neoembed.pretrain.corpus import CorpusError
 from neoembed.pretrain.settings import PretrainSettings
@@ -20,29 +20,8 @@ from neoembed.recipes import RecipeError, load_recipe
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_corpus(path: Path, n=400, seed=0) -> Path:
-    rng = np.random.default_rng(seed)
-    words = [
-        "the",
-        "a",
-        "dog",
-        "cat",
-        "runs",
-        "sleeps",
-        "under",
-        "over",
-        "bright",
-        "river",
-        "stone",
-        "green",
-        "old",
-        "new",
-        "city",
-        "light",
-        "dark",
-    ]
-    lines = [" ".join(rng.choice(words, size=rng.integers(4, 30))) for _ in range(n)]
-    path.write_text("\n".join(lines) + "\n")
+def write_corpus(path: Path) -> Path:
+    path.write_text("\n".join(random_documents(400, min_words=4, max_words=30)) + "\n")
     return path
 
 
