@@ -186,3 +186,15 @@ def test_two_gloo_processes_train_like_one_process_accumulating_two_batches(tmp_
     ddp = load_file(tmp_path / "ddp" / "final" / "model.safetensors")
     for name, value in single.items():
         assert torch.allclose(value, ddp[name], atol=1e-5), name
+
+
+def test_cli_reports_recipe_errors_without_a_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from neoembed.cli import app
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(tiny_recipe(tmp_path)))
+    result = CliRunner().invoke(app, ["pretrain", "--recipe", str(path), "--optim.lr", "fast"])
+    assert result.exit_code == 1
+    assert "field optim.lr" in result.output and "Traceback" not in result.output
