@@ -31,6 +31,7 @@ def run_server(settings: ServeSettings) -> None:
     app = create_app(settings)
     # Move everything loaded so far (torch, transformers, the model) out of the garbage collector's view:
     # a full collection over those millions of objects pauses every thread, /health included, for ~0.5 s.
+    gc.collect()
     gc.freeze()
     log.info(
         "serving %s on http://%s:%d with %d CPU threads",
