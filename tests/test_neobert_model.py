@@ -328,3 +328,20 @@ def test_padded_forward_compiles_without_graph_breaks():
     with torch.no_grad():
         expected = model(ids, attention_mask=mask).last_hidden_state
         assert torch.allclose(compiled(ids, attention_mask=mask).last_hidden_state, expected, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_varlen_kernels_match_padded_sdpa_in_bf16():
+    from neoembed.pretrain.attention import varlen_kernel
+
+    padded = make_model(attn_backend="sdpa").cuda().to(torch.bfloat16)
+    unpadded = with_backend(padded, "unpadded").cuda().to(torch.bfloat16)
+    ids, mask = ragged_batch([200, 37, 512, 90], length=512)
+    ids, mask = ids.cuda(), mask.cuda()
+    assert varlen_kernel(torch.empty(1, device="cuda", dtype=torch.bfloat16)) != "sdpa_per_sequence"
+    with torch.no_grad():
+        a = padded(ids, attention_mask=mask).last_hidden_state.float()
+        b = unpadded(ids, attention_mask=mask).last_hidden_state.float()
+    real = mask.bool()
+    assert (a[real] - b[real]).abs().max() < 0.05
