@@ -68,7 +68,7 @@ def test_margin_rule_removes_the_planted_false_negative(miner, tmp_path):
         assert positive not in mined and len(mined) <= 3
         scores = np.array([emb[n] @ emb[query] for n in mined])
         assert np.all(
-            scores <= 0.95 * (emb[positive] @ emb[query]) + 1e-5
+            scores <= 0.95 * (emb[positive] @ emb[query]) + 1e-4
         )  # every kept negative obeys the rule
         assert np.all(np.diff(scores) <= 1e-4)  # hardest first
 
