@@ -210,3 +210,23 @@ def test_killed_build_resumes_to_a_byte_identical_result(tmp_path):
     for f in files:
         assert (tmp_path / "reference" / f).read_bytes() == (tmp_path / "killed" / f).read_bytes(), f
     assert not list((tmp_path / "killed" / "work").rglob("*.npy"))  # embeddings are removed once used
+
+
+def test_mine_always_appends_mined_negatives_after_the_given_ones(tmp_path):
+    from test_data_fixtures import MANIFESTS, write_manifests, write_sources
+
+    manifest = MANIFESTS["allnli"] + "options: {mine: always}\n"
+    config = BuildConfig(
+        manifests=write_manifests(tmp_path / "m", ["allnli"], {"allnli": manifest}),
+        out=tmp_path / "out",
+        local_data=write_sources(tmp_path / "sources"),
+        mining=MiningConfig(num_negatives=2, batch_size=16, margin=1.0),  # margin 1: any lower-scoring text
+    )
+    stats = build(config)
+    rows = pq.read_table(tmp_path / "out" / "allnli" / "part-00000.parquet").to_pylist()
+    assert rows[0]["negatives"][0] == "Nobody plays."  # the given negative stays first
+    positives = {r["positive"] for r in rows}
+    for row in rows:
+        mined = [n for n in row["negatives"] if n in positives]
+        assert mined and row["positive"] not in mined and len(mined) <= 2
+    assert stats["sources"]["allnli"]["mining"]["mined"] > 0
