@@ -201,3 +201,14 @@ def test_load_records_reads_a_finished_build(config):
     assert records["qqp"][0]["negatives"] == ["How do I learn Java?", "Is Python slow?"]
     with pytest.raises(RecordsError, match="not in this build"):
         load_records(config.out, ["nope"])
+
+
+def test_unreachable_hub_source_says_how_to_build_offline(tmp_path):
+    from neoembed.data.sources import SourceError
+
+    cfg = BuildConfig(manifests=write_manifests(tmp_path / "m", ["gooaq"]), out=tmp_path / "out", mine=False)
+    with pytest.raises(
+        SourceError,
+        match=r"source gooaq: cannot load hub dataset tomaarsen/gooaq-hard-negatives .*--local-data",
+    ):
+        build(cfg)
