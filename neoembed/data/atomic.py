@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,7 +12,8 @@ import pyarrow.parquet as pq
 
 
 def temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+    """A sibling name unique to this writer: ranks on other machines may write the same file at once."""
+    return path.with_name(f".{path.name}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def write_json(path: Path, data: dict) -> None:
