@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from neoembed.data.atomic import write_json, write_parquet, write_text
 from neoembed.data.manifest import load_manifests
@@ -218,7 +219,7 @@ class Build:
         units = self.units(staged)
         index, count = self.config.shard
         if not merge_only:
-            for unit in units[index::count]:
+            for unit in tqdm(units[index::count], desc=f"parts (shard {index}/{count})", unit="part"):
                 self.build_unit(unit)
         stats = self.merge_stats(staged, units)
         self.log("done" if stats else "shard_done", shard=f"{index}/{count}", units=len(units))
