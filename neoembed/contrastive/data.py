@@ -1,0 +1,71 @@
+"""The builder's contrastive records as training columns: query, positive, negative_1..k per source.
+
+sentence-transformers tokenises one column per text position, so the variable-length `negatives` list becomes
+k fixed columns, k = the most negatives any row of the source has (capped by `max_negatives`). A row with
+fewer negatives repeats its own positive in the spare columns; the loss counts each distinct text once per
+row, so these fillers score nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from datasets import Dataset
+
+from neoembed.data.records import RecordsError, load_records
+
+REQUIRED_COLUMNS = ("query", "positive", "negatives")
+
+
+class ContrastiveDataError(ValueError):
+    """Records that cannot be trained on; the message names the source, row or file."""
+
+
+def load_training_sources(
+    path: str | Path, sources: list[str] | None, max_negatives: int, max_rows: int | None = None
+) -> dict[str, Dataset]:
+    """{source: Dataset with query, positive, negative_1..k} from a finished `neoembed build-data` output."""
+    try:
+        records = load_records(path, sources)
+    except RecordsError as err:
+        raise ContrastiveDataError(str(err)) from err
+    except (pa.ArrowInvalid, OSError, ValueError) as err:  # a truncated or non-parquet part file
+        raise ContrastiveDataError(f"{path}: cannot read the parquet shards: {err}") from err
+    prepared = {}
+    for name, table in records.items():
+        where = f"{path}/{name}"
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            raise ContrastiveDataError(f"{where}: missing column(s) {missing}; has {table.column_names}")
+        if len(table) == 0:
+            raise ContrastiveDataError(f"{where}: no rows")
+        if max_rows:
+            table = table.select(range(min(max_rows, len(table))))
+        prepared[name] = to_columns(table.select_columns(list(REQUIRED_COLUMNS)), max_negatives, where)
+    return prepared
+
+
+def to_columns(table: Dataset, max_negatives: int, where: str) -> Dataset:
+    for column in ("query", "positive"):
+        for row, text in enumerate(table[column]):
+            if not isinstance(text, str) or not text.strip():
+                raise ContrastiveDataError(f"{where}: row {row} has no {column} (got {text!r})")
+    k = min(max_negatives, max((len(n or ()) for n in table["negatives"]), default=0))
+
+    def spread(batch: dict) -> dict:
+        out = {"query": batch["query"], "positive": batch["positive"]}
+        for j in range(k):
+            out[f"negative_{j + 1}"] = [
+                negs[j] if negs and j < len(negs) and negs[j] else pos
+                for negs, pos in zip(batch["negatives"], batch["positive"], strict=True)
+            ]
+        return out
+
+    return table.map(spread, batched=True, remove_columns=["negatives"], desc=f"columns {Path(where).name}")
+
+
+def row_texts(dataset: Dataset):
+    """`texts(row) -> tuple of the row's texts`, read in bulk once (the sampler's duplicate check)."""
+    columns = [dataset[c] for c in dataset.column_names]
+    return lambda row: tuple(column[row] for column in columns)

@@ -1,0 +1,80 @@
+"""The held-out retrieval set scored during training, as sentence-transformers' InformationRetrievalEvaluator."""
+
+from __future__ import annotations
+
+from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+from neoembed.contrastive.settings import EvalSettings
+
+NAME = "heldout"
+RECALL_AT = [1, 10, 100]
+
+
+def wordnet_example_retrieval(n_queries: int, n_corpus: int) -> tuple[dict, dict, dict]:
+    """Held-out WordNet synsets: an example sentence -> the gloss of its synset among `n_corpus` glosses."""
+    from neoembed.evaluation.local_tasks import heldout_synsets
+
+    synsets = [s for s in heldout_synsets() if s.gloss]
+    with_examples = [s for s in synsets if s.examples][:n_queries]
+    query_ids = {s.id for s in with_examples}
+    corpus_synsets = (
+        with_examples + [s for s in synsets if s.id not in query_ids][: max(0, n_corpus - len(with_examples))]
+    )
+    queries = {f"q-{s.id}": s.examples[0] for s in with_examples}
+    corpus = {s.id: s.gloss for s in corpus_synsets}
+    relevant = {f"q-{s.id}": {s.id} for s in with_examples}
+    return queries, corpus, relevant
+
+
+def records_retrieval(path: str, source: str, n_queries: int, n_corpus: int) -> tuple[dict, dict, dict]:
+    """Held-out records: each query -> its positive, among the positives of the first `n_corpus` rows."""
+    from neoembed.contrastive.data import ContrastiveDataError
+    from neoembed.data.records import RecordsError, load_records
+
+    try:
+        table = load_records(path, [source])[source]
+    except RecordsError as err:
+        raise ContrastiveDataError(f"eval: {err}") from err
+    rows = table.select(range(min(n_corpus, len(table))))
+    corpus = dict.fromkeys(rows["positive"])  # a document once, even if several queries share it
+    ids = {text: f"d{i}" for i, text in enumerate(corpus)}
+    queries, relevant = {}, {}
+    for i, (query, positive) in enumerate(zip(rows["query"][:n_queries], rows["positive"], strict=False)):
+        queries[f"q{i}"] = query
+        relevant[f"q{i}"] = {ids[positive]}
+    return queries, {i: t for t, i in ids.items()}, relevant
+
+
+def build_evaluator(settings: EvalSettings) -> InformationRetrievalEvaluator | None:
+    if settings.kind == "none":
+        return None
+    if settings.kind == "wordnet":
+        queries, corpus, relevant = wordnet_example_retrieval(settings.queries, settings.corpus)
+    else:
+        queries, corpus, relevant = records_retrieval(
+            settings.path, settings.source, settings.queries, settings.corpus
+        )
+    return InformationRetrievalEvaluator(
+        queries,
+        corpus,
+        relevant,
+        name=NAME,
+        ndcg_at_k=[10],
+        precision_recall_at_k=RECALL_AT,
+        accuracy_at_k=[1, 10],
+        mrr_at_k=[10],
+        map_at_k=[100],
+        batch_size=settings.batch_size,
+        show_progress_bar=False,
+    )
+
+
+def headline(metrics: dict) -> dict:
+    """nDCG@10 and recall@k from an evaluator's metrics (keys with or without the eval_ prefix)."""
+    wanted = ["ndcg@10"] + [f"recall@{k}" for k in RECALL_AT]
+    out = {}
+    for key, value in metrics.items():
+        for name in wanted:
+            if key.endswith(f"{NAME}_cosine_{name}"):
+                out[name] = round(float(value), 4)
+    return out

@@ -1,0 +1,92 @@
+"""Write the fine-tuned model as a sentence-transformers directory with a model card.
+
+For a NeoBERT base the directory also carries NeoBERT's source (config, rope, attention, modeling: they import
+only each other) and an `auto_map` in config.json, so `SentenceTransformer(dir, trust_remote_code=True)` works
+where neoembed is not installed; with neoembed imported, the registered Auto classes load it without remote code.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")
+NEOBERT_AUTO_MAP = {
+    "AutoConfig": "config.NeoBERTConfig",
+    "AutoModel": "modeling.NeoBERTModel",
+    "AutoModelForMaskedLM": "modeling.NeoBERTForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling.NeoBERTForSequenceClassification",
+}
+
+
+def export_model(model, path: Path, card: dict) -> Path:
+    """Save `model` to `path` (safetensors), add remote code for NeoBERT, and write README.md from `card`."""
+    path = Path(path)
+    model.save(str(path), safe_serialization=True)
+    if model[0].auto_model.config.model_type == "neobert":
+        add_remote_code(path)
+    (path / "README.md").write_text(model_card(card), encoding="utf-8")
+    return path
+
+
+def add_remote_code(path: Path) -> None:
+    import neoembed.pretrain
+
+    source = Path(neoembed.pretrain.__file__).parent
+    config_file = next(path.rglob("config.json"))  # the Transformer module's folder (the root in ST 6)
+    for name in NEOBERT_SOURCES:
+        shutil.copyfile(source / name, config_file.parent / name)
+    config = json.loads(config_file.read_text())
+    config["auto_map"] = NEOBERT_AUTO_MAP
+    config_file.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def model_card(card: dict) -> str:
+    """A README.md: what the model is, what it was trained on and how, and how it scored."""
+    evals = card.get("eval", {})
+    rows = "\n".join(
+        f"| {stage} | "
+        + " | ".join(f"{metrics.get(k, float('nan')):.4f}" for k in card["metric_names"])
+        + " |"
+        for stage, metrics in evals.items()
+    )
+    header = (
+        "| model | " + " | ".join(card["metric_names"]) + " |\n|---|" + "---|" * len(card["metric_names"])
+    )
+    sources = "\n".join(f"- {name}: {n} rows" for name, n in card["sources"].items())
+    return f"""---
+library_name: sentence-transformers
+pipeline_tag: sentence-similarity
+tags: [sentence-transformers, feature-extraction, neoembed, infonce]
+base_model: {card["base_model"]}
+---
+
+# {card["name"]}
+
+A sentence embedder fine-tuned by `neoembed contrastive` from **{card["base_model"]}** with InfoNCE (cosine
+similarity / temperature {card["temperature"]}, in-batch and hard negatives, one source per step) for
+**{card["steps"]} steps**. Embeddings are {card["dimension"]}-dimensional, {card["pooling"]}-pooled and
+L2-normalised; inputs are truncated at {card["max_length"]} tokens.
+
+```python
+from sentence_transformers import SentenceTransformer
+import neoembed  # registers NeoBERT; without neoembed installed pass trust_remote_code=True instead
+model = SentenceTransformer("{card["name"]}")
+```
+
+## Training data
+Data: `{card["data_path"]}`
+{sources}
+
+## Evaluation ({card["eval_name"]})
+{header}
+{rows}
+
+## Recipe
+```yaml
+{yaml.safe_dump(card["recipe"], sort_keys=False).strip()}
+```
+"""

@@ -1,0 +1,80 @@
+"""Turn a base model name into a SentenceTransformer to fine-tune, refusing what is not a text encoder.
+
+A sentence-transformers directory (or `minilm`) loads as it is; a plain transformers encoder directory or hub
+id gets a Transformer + Pooling (+ Normalize) stack. NeoBERT loads through the Auto classes because
+`import neoembed` registered it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from neoembed.embedder import EmbedderError, load_embedder, resolve_model_name
+
+
+class BaseModelError(ValueError):
+    """A base model that cannot be fine-tuned as an encoder; the message says why."""
+
+
+def _is_sentence_transformers_dir(name: str) -> bool:
+    return (Path(name) / "modules.json").exists()
+
+
+def check_encoder(config, name: str) -> None:
+    """Refuse decoder-only and encoder-decoder models: InfoNCE here pools a bidirectional encoder."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    model_type = getattr(config, "model_type", "")
+    decoder_only = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in (
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    )
+    if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False) or decoder_only:
+        raise BaseModelError(
+            f"model.base {name!r} is a {model_type or 'non-encoder'} model (decoder or encoder-decoder); "
+            "contrastive fine-tuning needs an encoder such as BERT, RoBERTa, ModernBERT or NeoBERT"
+        )
+
+
+def model_max_length(config) -> int | None:
+    for field in ("max_position_embeddings", "max_length", "n_positions"):
+        value = getattr(config, field, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def build_model(base: str, pooling: str, max_length: int, trust_remote_code: bool = False):
+    """A SentenceTransformer for `base` with sequences truncated at `max_length`."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from transformers import AutoConfig
+
+    resolved = resolve_model_name(base)
+    try:
+        if _is_sentence_transformers_dir(resolved):
+            model = load_embedder(resolved, trust_remote_code=trust_remote_code)
+        else:
+            config = AutoConfig.from_pretrained(resolved, trust_remote_code=trust_remote_code)
+            check_encoder(config, base)
+            remote = {"trust_remote_code": trust_remote_code}
+            transformer = Transformer(
+                resolved, model_kwargs=remote, config_kwargs=remote, processor_kwargs=remote
+            )
+            dim = transformer.get_embedding_dimension()
+            model = SentenceTransformer(modules=[transformer, Pooling(dim, pooling), Normalize()])
+    except (OSError, ValueError, KeyError, EmbedderError) as err:
+        if isinstance(err, BaseModelError):
+            raise
+        raise BaseModelError(f"model.base {base!r} cannot be loaded: {err}") from err
+    config = model[0].auto_model.config
+    check_encoder(config, base)
+    limit = model_max_length(config)
+    if limit is not None and max_length > limit:
+        raise BaseModelError(
+            f"model.max_length {max_length} exceeds what {base!r} supports ({limit} positions); lower it"
+        )
+    model.max_seq_length = max_length
+    return model

@@ -1,0 +1,87 @@
+"""Typed settings of `neoembed contrastive`: the sections of a contrastive recipe."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from neoembed.recipes import StrictSettings
+
+
+class DataSettings(StrictSettings):
+    path: str  # a finished `neoembed build-data` output directory
+    sources: list[str] | None = None  # None: every source of the build
+    alpha: float = Field(default=0.5, ge=0.0)  # source sampled with probability ~ rows^alpha
+    max_negatives: int = Field(default=8, ge=0)  # hard-negative columns per row
+    max_rows: int | None = Field(default=None, gt=0)  # rows read per source (quick runs)
+
+
+class ModelSettings(StrictSettings):
+    base: str = "minilm"  # sentence-transformers dir, plain HF encoder dir or hub id, or minilm
+    pooling: Literal["mean", "cls", "max", "lasttoken"] = "mean"  # for plain encoders
+    max_length: int = Field(default=512, gt=1)
+    trust_remote_code: bool = False  # e.g. NomicBERT; NeoBERT needs none after `import neoembed`
+
+
+class LossSettings(StrictSettings):
+    temperature: float = Field(default=0.07, gt=0.0)
+    symmetric: bool = False  # add the document-to-query term
+    gather: bool = True  # score against the embeddings of every rank
+    mini_batch_size: int | None = Field(default=None, gt=0)  # GradCache chunk size; None: no caching
+
+
+class OptimSettings(StrictSettings):
+    lr: float = Field(default=1e-4, gt=0.0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(default=0.01, ge=0.0)
+    eps: float = 1e-8
+    warmup_steps: int = Field(default=2000, ge=0)
+    schedule: Literal["linear", "cosine", "constant_with_warmup"] = "linear"
+    max_grad_norm: float = Field(default=1.0, gt=0.0)
+
+
+class TrainSettings(StrictSettings):
+    output_dir: str = "runs/contrastive"
+    max_steps: int = Field(default=2000, gt=0)
+    batch_size: int = Field(default=32, gt=0)  # rows per device per micro-step
+    grad_accum: int = Field(default=1, gt=0)
+    seed: int = 0
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on a CUDA device that has it
+    log_steps: int = Field(default=10, gt=0)
+    eval_steps: int = Field(default=200, gt=0)
+    save_steps: int = Field(default=500, gt=0)
+    keep_checkpoints: int = Field(default=2, gt=0)
+    deepspeed: str | None = None  # a DeepSpeed JSON config, e.g. recipes/deepspeed-zero2.json
+    threads: int | None = Field(default=None, gt=0)
+
+
+class EvalSettings(StrictSettings):
+    """A held-out retrieval set scored during training (nDCG@10, recall@k)."""
+
+    kind: Literal["wordnet", "records", "none"] = "wordnet"
+    path: str | None = None  # kind=records: a build-data output holding held-out records
+    source: str | None = None  # kind=records: which source of it
+    queries: int = Field(default=500, gt=0)
+    corpus: int = Field(default=2000, gt=0)
+    batch_size: int = Field(default=64, gt=0)
+
+    @model_validator(mode="after")
+    def _records_need_path(self):
+        if self.kind == "records" and not (self.path and self.source):
+            raise ValueError("kind records needs path and source")
+        return self
+
+
+class ExportSettings(StrictSettings):
+    path: str | None = None  # None: <train.output_dir>/neobert-embed
+
+
+class ContrastiveSettings(StrictSettings):
+    data: DataSettings
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    loss: LossSettings = Field(default_factory=LossSettings)
+    optim: OptimSettings = Field(default_factory=OptimSettings)
+    train: TrainSettings = Field(default_factory=TrainSettings)
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+    export: ExportSettings = Field(default_factory=ExportSettings)

@@ -1,0 +1,174 @@
+"""`neoembed contrastive`: InfoNCE fine-tuning on sentence-transformers' trainer, then the export.
+
+The trainer (the HF Trainer underneath) brings torchrun DDP, DeepSpeed, AdamW with warmup and schedule, bf16,
+gradient clipping, rotating checkpoints with optimiser/scheduler/RNG state and exact resume, and periodic
+evaluation. neoembed adds the records as training columns, the duplicate-aware InfoNCE loss, homogeneous
+global batches, a JSONL metrics file, and the export.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from transformers import set_seed
+
+from neoembed.contrastive.data import load_training_sources, row_texts
+from neoembed.contrastive.evaluation import build_evaluator, headline
+from neoembed.contrastive.export import export_model
+from neoembed.contrastive.loss import InfoNCELoss
+from neoembed.contrastive.model import build_model
+from neoembed.contrastive.sampler import HomogeneousBatchSampler
+from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.pretrain.trainer import check_resume_compatible, last_complete_checkpoint
+from neoembed.recipes import dump_recipe
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the message names the last good checkpoint."""
+
+
+class ContrastiveTrainer(SentenceTransformerTrainer):
+    """The sentence-transformers trainer with homogeneous batches and a metrics JSONL file."""
+
+    def __init__(self, *args, settings: ContrastiveSettings, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.settings = settings
+        self.metrics_path = Path(self.args.output_dir) / "metrics.jsonl"
+
+    def get_multi_dataset_batch_sampler(self, dataset, batch_samplers, generator=None, seed=0):
+        texts = [row_texts(d) for d in dataset.datasets]
+        return HomogeneousBatchSampler(
+            dataset,
+            batch_samplers,
+            generator,
+            seed,
+            alpha=self.settings.data.alpha,
+            world_size=self.args.world_size,
+            grad_accum=self.args.gradient_accumulation_steps,
+            texts=lambda source, row: texts[source](row),
+            names=list(self.train_dataset.keys()),
+        )
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            last = last_complete_checkpoint(Path(self.args.output_dir))
+            raise TrainingDiverged(
+                f"the training loss became {loss} at step {self.state.global_step}; last good checkpoint: "
+                f"{last or 'none yet'}. Lower optim.lr or raise optim.warmup_steps."
+            )
+        super().log(logs, *args, **kwargs)
+        if self.is_world_process_zero():
+            with self.metrics_path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"step": self.state.global_step, **logs}) + "\n")
+
+
+def training_arguments(settings: ContrastiveSettings, evaluate: bool) -> SentenceTransformerTrainingArguments:
+    train, optim = settings.train, settings.optim
+    bf16 = train.precision == "bf16" or (
+        train.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    )
+    return SentenceTransformerTrainingArguments(
+        output_dir=train.output_dir,
+        max_steps=train.max_steps,
+        per_device_train_batch_size=train.batch_size,
+        gradient_accumulation_steps=train.grad_accum,
+        learning_rate=optim.lr,
+        adam_beta1=optim.betas[0],
+        adam_beta2=optim.betas[1],
+        adam_epsilon=optim.eps,
+        weight_decay=optim.weight_decay,
+        warmup_steps=optim.warmup_steps,
+        lr_scheduler_type=optim.schedule,
+        max_grad_norm=optim.max_grad_norm,
+        seed=train.seed,
+        bf16=bf16,
+        logging_steps=train.log_steps,
+        logging_nan_inf_filter=False,  # a NaN must reach `log` and stop the run
+        eval_strategy="steps" if evaluate else "no",
+        eval_steps=train.eval_steps,
+        save_strategy="steps",
+        save_steps=train.save_steps,
+        save_total_limit=train.keep_checkpoints,
+        deepspeed=train.deepspeed,
+        report_to=[],
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=False,
+    )
+
+
+def run_contrastive(settings: ContrastiveSettings) -> dict:
+    """Train per `settings` (resuming from the newest complete checkpoint), export, and return a summary."""
+    train = settings.train
+    if train.threads:
+        torch.set_num_threads(train.threads)
+    output_dir = Path(train.output_dir)
+    check_resume_compatible(settings, output_dir)
+    dump_recipe(settings, output_dir / "recipe.yaml")
+
+    sources = load_training_sources(
+        settings.data.path, settings.data.sources, settings.data.max_negatives, settings.data.max_rows
+    )
+    set_seed(train.seed)
+    model = build_model(
+        settings.model.base,
+        settings.model.pooling,
+        settings.model.max_length,
+        settings.model.trust_remote_code,
+    )
+    loss = InfoNCELoss(
+        model,
+        temperature=settings.loss.temperature,
+        symmetric=settings.loss.symmetric,
+        gather=settings.loss.gather,
+        mini_batch_size=settings.loss.mini_batch_size,
+    )
+    evaluator = build_evaluator(settings.eval)
+    from datasets import DatasetDict
+
+    trainer = ContrastiveTrainer(
+        model=model,
+        args=training_arguments(settings, evaluator is not None),
+        train_dataset=DatasetDict(
+            sources
+        ),  # always a dict: the multi-dataset path is where our sampler plugs in
+        loss=loss,
+        evaluator=evaluator,
+        settings=settings,
+    )
+    resume = last_complete_checkpoint(output_dir)
+    before = headline(evaluator(model)) if evaluator is not None and resume is None else None
+    trainer.train(resume_from_checkpoint=resume)
+    after = headline(evaluator(model)) if evaluator is not None else {}
+    summary = {"steps": trainer.state.global_step, "eval_before": before, "eval_after": after}
+    if trainer.is_world_process_zero():
+        export_path = Path(settings.export.path or output_dir / "neobert-embed")
+        evals = {"before fine-tuning": before} if before else {}
+        evals["after fine-tuning"] = after
+        export_model(model, export_path, _card(settings, model, sources, summary, evals))
+        summary["export"] = str(export_path)
+        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _card(settings, model, sources, summary, evals) -> dict:
+    pooling = next((m.get_pooling_mode_str() for m in model if hasattr(m, "get_pooling_mode_str")), "?")
+    return {
+        "name": Path(settings.export.path or "neobert-embed").name,
+        "base_model": settings.model.base,
+        "temperature": settings.loss.temperature,
+        "steps": summary["steps"],
+        "dimension": model.get_embedding_dimension(),
+        "pooling": pooling,
+        "max_length": model.max_seq_length,
+        "data_path": settings.data.path,
+        "sources": {name: len(d) for name, d in sources.items()},
+        "eval_name": f"held-out {settings.eval.kind} retrieval",
+        "metric_names": ["ndcg@10", "recall@1", "recall@10", "recall@100"],
+        "eval": {k: v for k, v in evals.items() if v},
+        "recipe": settings.model_dump(mode="json"),
+    }
