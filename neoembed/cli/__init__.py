@@ -51,3 +51,9 @@ app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options"
 from neoembed.cli import glue  # noqa: E402
 
 app.command("glue")(glue.glue)
+
+from neoembed.cli import contrastive  # noqa: E402
+
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    contrastive.contrastive
+)
