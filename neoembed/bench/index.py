@@ -78,7 +78,7 @@ def _bench_set(name: str, base: np.ndarray, queries: np.ndarray, target: float) 
             index.train(base[np.sort(sample)])
         index.add(base)
         build_s = time.perf_counter() - start
-        params, _, _ = tune(index, queries, truth, target)
+        params, _, curve = tune(index, queries, truth, target)
         # Re-time the chosen setting, then exact search right after it: other processes' load changes
         # over minutes, so each ratio compares two measurements taken seconds apart.
         recall, qps_batch, qps_single = measure(index, queries, truth)
@@ -89,6 +89,7 @@ def _bench_set(name: str, base: np.ndarray, queries: np.ndarray, target: float) 
             "param": ", ".join(f"{k}={v}" for k, v in params.items()) or "exact",
             "recall_at_10": recall, "qps_batch": qps_batch, "x_exact_batch": qps_batch / exact_batch,
             "qps_single": qps_single, "x_exact_single": qps_single / exact_single,
+            "curve": curve,
         })  # fmt: skip
     return rows
 
