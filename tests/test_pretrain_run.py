@@ -72,6 +72,7 @@ def test_a_run_writes_a_loadable_model_metrics_and_rotated_checkpoints(tmp_path)
     final = run_pretraining(settings)
     model = AutoModelForMaskedLM.from_pretrained(final)
     assert (final / "tokenizer.json").exists() and model.config.hidden_size == 32
+    assert model.config.sparse_prediction is False, "a training setting does not leak into the saved model"
     run = tmp_path / "run"
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -21,8 +21,15 @@ import torch
 PAD_MULTIPLE = 8
 
 
-def tokenize_documents(documents, tokenizer, *, truncate_to: int | None, num_proc: int | None = None):
-    """Add `input_ids` ([CLS] ... [SEP]) and `length` columns; truncate when `truncate_to` is given."""
+def tokenize_documents(documents, tokenizer, *, truncate_to: int | None):
+    """Add `input_ids` ([CLS] ... [SEP]) and `length` columns; truncate when `truncate_to` is given.
+
+    Ids are stored as uint16 when the vocabulary fits (30522 does): a quarter of datasets' default int64 on disk.
+    Large corpora are tokenised by several processes.
+    """
+    import os
+
+    import datasets
 
     def encode(batch):
         ids = tokenizer(
@@ -35,7 +42,14 @@ def tokenize_documents(documents, tokenizer, *, truncate_to: int | None, num_pro
         )["input_ids"]
         return {"input_ids": ids, "length": [len(x) for x in ids]}
 
-    return documents.map(encode, batched=True, remove_columns=["text"], num_proc=num_proc, desc="tokenising")
+    id_type = "uint16" if len(tokenizer) <= 2**16 else "int32"
+    features = datasets.Features(
+        {"input_ids": datasets.Sequence(datasets.Value(id_type)), "length": datasets.Value("int32")}
+    )
+    num_proc = min(8, os.cpu_count() or 1) if len(documents) > 200_000 else None
+    return documents.map(
+        encode, batched=True, remove_columns=["text"], features=features, num_proc=num_proc, desc="tokenising"
+    )
 
 
 @dataclass
@@ -51,6 +65,11 @@ class RowPlan:
     def num_rows(self) -> int:
         return len(self.offsets) - 1
 
+    def attention_context(self) -> float:
+        """Mean number of keys a token attends to: sum(L^2) / sum(L) over the pieces (for FLOP counts)."""
+        lengths = (self.piece_end - self.piece_start).astype(np.float64)
+        return float((lengths**2).sum() / lengths.sum())
+
     def pieces(self, row: int) -> list[tuple[int, int, int]]:
         span = slice(self.offsets[row], self.offsets[row + 1])
         return list(
@@ -61,26 +80,29 @@ class RowPlan:
 def plan_rows(lengths: np.ndarray, doc_ids: np.ndarray, max_length: int, packed: bool) -> RowPlan:
     """Lay out documents `doc_ids` (with token counts `lengths`) as rows, in document order.
 
-    Packed: pieces of at most `max_length` tokens fill each row greedily. Padded: one (truncated) document
-    per row.
+    Packed: the documents' tokens form one stream cut into rows every `max_length` tokens (every row full but
+    the last); a piece is the part of a document inside one row, so a document crossing a row boundary becomes
+    two pieces. Padded: one document per row, truncated. Vectorised: no Python loop over documents.
     """
-    docs, starts, ends, offsets = [], [], [], [0]
-    used = 0
-    for doc, length in zip(doc_ids.tolist(), lengths.tolist()):
-        if not packed:
-            docs.append(doc), starts.append(0), ends.append(min(length, max_length))
-            offsets.append(len(docs))
-            continue
-        for start in range(0, length, max_length):
-            end = min(start + max_length, length)
-            if used and used + (end - start) > max_length:
-                offsets.append(len(docs))
-                used = 0
-            docs.append(doc), starts.append(start), ends.append(end)
-            used += end - start
-    if packed and used:
-        offsets.append(len(docs))
-    return RowPlan(np.array(docs, dtype=np.int64), np.array(starts), np.array(ends), np.array(offsets))
+    lengths, doc_ids = np.asarray(lengths, dtype=np.int64), np.asarray(doc_ids, dtype=np.int64)
+    if not packed:
+        ends = np.minimum(lengths, max_length)
+        return RowPlan(doc_ids, np.zeros_like(ends), ends, np.arange(len(doc_ids) + 1))
+    doc_starts = np.concatenate([[0], np.cumsum(lengths)])
+    total = int(doc_starts[-1])
+    row_starts = np.arange(0, total, max_length)
+    bounds = np.union1d(doc_starts, np.append(row_starts, total))  # sorted, unique stream offsets
+    piece_starts, piece_ends = bounds[:-1], bounds[1:]
+    owner = np.searchsorted(doc_starts, piece_starts, side="right") - 1  # index into doc_ids
+    piece_row = piece_starts // max_length
+    offsets = np.searchsorted(piece_row, np.arange(len(row_starts) + 1))
+    local_start = piece_starts - doc_starts[owner]
+    return RowPlan(doc_ids[owner], local_start, local_start + (piece_ends - piece_starts), offsets)
+
+
+def padded_width(longest: int) -> int:
+    """Padded batch width: the longest sequence rounded up to a multiple of 8, as in the paper."""
+    return -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
 def mask_tokens(
@@ -196,7 +218,7 @@ class MLMBatches(torch.utils.data.Dataset):
             cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
             inputs, labels = self._mask(ids, generator)
             return {"input_ids": inputs[None], "labels": labels[None], "cu_seqlens": cu_seqlens}
-        width = -(-max(len(p) for p in pieces) // PAD_MULTIPLE) * PAD_MULTIPLE
+        width = padded_width(max(len(p) for p in pieces))
         ids = torch.full((len(pieces), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros(len(pieces), width, dtype=torch.long)
         for row, piece in enumerate(pieces):
@@ -241,3 +263,9 @@ def packed_to_padded(batch: dict[str, torch.Tensor], pad_token_id: int = 0) -> d
         padded_labels[row, : end - start] = labels[start:end]
         attention_mask[row, : end - start] = 1
     return {"input_ids": ids, "labels": padded_labels, "attention_mask": attention_mask}
+
+
+def count_real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens of a padded (attention_mask) or packed (no padding at all) batch."""
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else batch["input_ids"].numel()

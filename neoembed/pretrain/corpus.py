@@ -1,6 +1,7 @@
 """Pretraining text: a Hugging Face dataset, local files, or WordNet, as a `datasets.Dataset` of documents.
 
-Everything goes through `datasets`, which memory-maps Arrow files, so a corpus larger than RAM still loads.
+Everything goes through `datasets`, which memory-maps Arrow files, so a corpus larger than RAM still loads
+(a streamed hub dataset is written to an Arrow cache as it arrives).
 The result is split into training and held-out documents deterministically.
 """
 
@@ -68,8 +69,8 @@ def _load_raw(corpus: CorpusSettings):
             stream = datasets.load_dataset(
                 corpus.dataset, corpus.config, split=corpus.split, revision=corpus.revision, streaming=True
             )
-            rows = list(stream.take(corpus.max_documents))
-            return datasets.Dataset.from_list(rows)
+            # Written to an Arrow cache file as it streams, so max_documents need not fit in memory.
+            return datasets.Dataset.from_generator(lambda: iter(stream.take(corpus.max_documents)))
         return datasets.load_dataset(
             corpus.dataset, corpus.config, split=corpus.split, revision=corpus.revision
         )

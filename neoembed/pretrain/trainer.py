@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
-from neoembed.pretrain.batches import MLMBatches, tokenize_documents, unwrap_single
+from neoembed.pretrain.batches import MLMBatches, count_real_tokens, tokenize_documents, unwrap_single
 from neoembed.pretrain.config import NeoBERTConfig
 from neoembed.pretrain.corpus import load_corpus
 from neoembed.pretrain.modeling import NeoBERTForMaskedLM
@@ -30,7 +30,8 @@ from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.recipes import RecipeError, dump_recipe
 
 # Dense bf16 peak of GPUs we know, for MFU when the recipe gives no peak_tflops.
-KNOWN_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+# Checked in order, so the PCIe H100 (756) is matched before the SXM one.
+KNOWN_PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
 # Settings that may change between a run and its resume without changing what is trained.
 RESUMABLE_CHANGES = {"log_steps", "eval_steps", "save_steps", "keep_checkpoints", "num_workers", "threads"}
 
@@ -39,11 +40,13 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the message says where the last good checkpoint is."""
 
 
-def training_flops_per_token(config: NeoBERTConfig, context: float) -> float:
-    """6 x (parameters in matmuls) + attention's 12 x layers x hidden x context (forward plus backward)."""
+def training_flops_per_token(config: NeoBERTConfig, context: float, decoder_fraction: float = 1.0) -> float:
+    """Forward plus backward FLOPs per token: 6 x the matmul parameters a token goes through, plus
+    attention's 12 x layers x hidden x context (`RowPlan.attention_context`). With sparse prediction only
+    `decoder_fraction` of the tokens (the masked ones) reach the MLM decoder."""
     hidden, layers, ffn = config.hidden_size, config.num_hidden_layers, config.ffn_hidden_size
     per_layer = 4 * hidden * hidden + 3 * hidden * ffn  # qkv + wo, w12 + w3
-    matmul_params = layers * per_layer + hidden * config.vocab_size  # plus the MLM decoder
+    matmul_params = layers * per_layer + decoder_fraction * hidden * config.vocab_size
     return 6 * matmul_params + 12 * layers * hidden * context
 
 
@@ -69,7 +72,7 @@ class PretrainTrainer(Trainer):
         self.flops_per_token, self.peak = flops_per_token, peak
         self.metrics_path = Path(self.args.output_dir) / "metrics.jsonl"
         self._tokens = 0
-        self._window = (time.perf_counter(), 0)
+        self._window: tuple[float, int] | None = None  # (time, tokens) at the last log; set at the first step
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
@@ -85,8 +88,9 @@ class PretrainTrainer(Trainer):
         return self.lr_scheduler
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        mask = inputs.get("attention_mask")
-        self._tokens += int(mask.sum()) if mask is not None else inputs["input_ids"].numel()
+        if self._window is None:
+            self._window = (time.perf_counter(), 0)
+        self._tokens += count_real_tokens(inputs)
         return super().training_step(model, inputs, num_items_in_batch)
 
     def log(self, logs: dict, *args, **kwargs) -> None:
@@ -97,7 +101,7 @@ class PretrainTrainer(Trainer):
                 f"the training loss became {loss} at step {self.state.global_step}; nothing was saved after "
                 f"it. Last good checkpoint: {last or 'none yet'}. Lower optim.lr or raise optim.warmup_steps."
             )
-        if "loss" in logs:
+        if "loss" in logs and self._window is not None:
             now, world = time.perf_counter(), self.args.world_size
             start, tokens_then = self._window
             tokens_per_second = (self._tokens - tokens_then) * world / max(now - start, 1e-9)
@@ -123,7 +127,6 @@ def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
         except (TypeError, ValueError) as err:
             raise RecipeError(f"model.config: {err}") from err
         model = NeoBERTForMaskedLM(config)
-    model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
     if len(tokenizer) > model.config.vocab_size:
         raise RecipeError(
             f"model.tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}"
@@ -185,18 +188,32 @@ def last_complete_checkpoint(output_dir: Path) -> str | None:
 def run_pretraining(settings: PretrainSettings) -> Path:
     """Train per `settings`, resuming from the newest checkpoint in the output directory; return the final
     Hugging Face directory (config.json, model.safetensors, tokenizer)."""
+    from accelerate import PartialState
+
     train = settings.train
     if train.threads:
         torch.set_num_threads(train.threads)
     output_dir = Path(train.output_dir)
-    check_resume_compatible(settings, output_dir)
-    dump_recipe(settings, output_dir / "recipe.yaml")
-
-    tokenizer = load_tokenizer(settings.model.tokenizer)
-    train_docs, heldout_docs = load_corpus(settings.corpus)
+    state = PartialState()  # under torchrun/deepspeed: one process per device
     data = settings.data
     packed = data.mode == "packed"
     truncate = None if packed else data.max_length
+    tokenizer = load_tokenizer(settings.model.tokenizer)
+    # The main process checks and writes the run directory and fills the datasets cache first; the other ranks
+    # then only read (the recipe record, the complete checkpoints, the cached tokenisation).
+    with state.main_process_first():
+        if state.is_main_process:
+            check_resume_compatible(settings, output_dir)
+            dump_recipe(settings, output_dir / "recipe.yaml")
+            resume_from = last_complete_checkpoint(output_dir)
+        train_docs, heldout_docs = load_corpus(settings.corpus)
+        train_tokens = tokenize_documents(train_docs, tokenizer, truncate_to=truncate)
+        heldout_tokens = (
+            tokenize_documents(heldout_docs, tokenizer, truncate_to=truncate) if len(heldout_docs) else None
+        )
+        if not state.is_main_process:
+            check_resume_compatible(settings, output_dir)
+            resume_from = last_complete_checkpoint(output_dir)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     common = dict(
         max_length=data.max_length,
@@ -207,16 +224,16 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         tokenizer=tokenizer,
     )
     train_batches = MLMBatches(
-        tokenize_documents(train_docs, tokenizer, truncate_to=truncate),
+        train_tokens,
         num_items=train.max_steps * train.grad_accum * world_size,
         seed=train.seed,
         length_buckets=[(b.min_tokens, b.probability) for b in data.length_buckets],
         **common,
     )
     eval_batches = None
-    if len(heldout_docs):
+    if heldout_tokens is not None:
         eval_batches = MLMBatches(
-            tokenize_documents(heldout_docs, tokenizer, truncate_to=truncate),
+            heldout_tokens,
             num_items=train.eval_batches,
             seed=train.seed + 1,
             **common,
@@ -224,8 +241,6 @@ def run_pretraining(settings: PretrainSettings) -> Path:
 
     set_seed(train.seed)  # the initial weights depend on the recipe's seed only
     model = build_model(settings, tokenizer)
-    plan = train_batches.plans[0]
-    context = float((plan.piece_end - plan.piece_start).mean())
     bf16 = train.precision == "bf16" or (
         train.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     )
@@ -266,10 +281,14 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         eval_dataset=eval_batches,
         data_collator=unwrap_single,
         settings=settings,
-        flops_per_token=training_flops_per_token(model.config, context),
+        flops_per_token=training_flops_per_token(
+            model.config, train_batches.plans[0].attention_context(), decoder_fraction=data.mask_rate
+        ),
         peak=peak_flops(settings),
     )
-    trainer.train(resume_from_checkpoint=last_complete_checkpoint(output_dir))
+    model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
+    trainer.train(resume_from_checkpoint=resume_from)
+    model.config.sparse_prediction = False  # a training setting: users of the saved model get full logits
     final_dir = output_dir / "final"
     trainer.save_model(str(final_dir))
     if trainer.is_world_process_zero():
