@@ -238,6 +238,22 @@ def test_meta_device_init_and_dtype_casts_keep_rope_correct():
     assert (bf16 - expected).abs().max() < 0.1
 
 
+def test_norm_and_rope_compute_in_fp32_for_bf16_inputs():
+    from neoembed.pretrain.modeling import RMSNorm
+    from neoembed.pretrain.rope import apply_rotary
+
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    norm = RMSNorm(64, eps=1e-5)
+    norm.weight.data = (1 + torch.randn(64) * 0.1).to(torch.bfloat16)
+    in_fp32 = torch.nn.functional.rms_norm(x.float(), (64,), norm.weight.float(), 1e-5).to(torch.bfloat16)
+    assert torch.equal(norm(x), in_fp32)
+
+    q = torch.randn(10, 4, 16).to(torch.bfloat16)
+    cos, sin = make_model().rotary(torch.arange(10) * 300)  # large angles: precision matters
+    rotated_fp32 = apply_rotary(q.float(), cos[:, None], sin[:, None]).to(torch.bfloat16)
+    assert torch.equal(apply_rotary(q, cos[:, None], sin[:, None]), rotated_fp32)
+
+
 def test_bf16_autocast_is_close_to_fp32():
     model = make_model()
     ids, mask = ragged_batch([30, 18])
@@ -246,7 +262,6 @@ def test_bf16_autocast_is_close_to_fp32():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             mixed = model(ids, attention_mask=mask).last_hidden_state
     real = mask.bool()
-    assert mixed.dtype == torch.float32, "final RMSNorm runs in fp32"
     assert (mixed[real] - fp32[real]).abs().max() < 0.1
 
 
@@ -294,6 +309,24 @@ def test_one_mlm_step_lowers_the_loss_and_reaches_every_parameter():
         assert model(inputs, attention_mask=mask, labels=labels).loss < loss
 
 
+def test_accumulated_micro_batches_weigh_every_masked_token_equally():
+    """With num_items_in_batch (the Trainer's masked-token count over the accumulated batch), two
+    micro-batches with different masked counts give the gradient of the concatenated batch's mean loss."""
+    model = NeoBERTForMaskedLM(tiny_config())
+    ids, mask = ragged_batch([20, 20, 20], seed=3)
+    labels = torch.full_like(ids, -100)
+    labels[0, :2] = ids[0, :2]  # 2 masked tokens in micro-batch 1
+    labels[1:, :9] = ids[1:, :9]  # 18 masked tokens in micro-batch 2
+    model(ids, attention_mask=mask, labels=labels).loss.backward()
+    whole = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    for rows in (slice(0, 1), slice(1, 3)):
+        loss = model(ids[rows], attention_mask=mask[rows], labels=labels[rows], num_items_in_batch=20).loss
+        loss.backward()
+    for full, accumulated in zip(whole, (p.grad for p in model.parameters())):
+        assert torch.allclose(full, accumulated, atol=1e-6)
+
+
 def test_gradient_checkpointing_gives_the_same_gradients():
     ids, mask = ragged_batch([12, 7], seed=2)
     labels = ids.masked_fill(~mask.bool(), -100)
@@ -308,16 +341,37 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
 
-def test_sequence_classification_head_uses_cls_and_hf_losses():
+def test_sequence_classification_head_reads_the_first_real_token():
     from transformers import AutoModelForSequenceClassification
 
-    cfg = tiny_config(num_labels=3)
-    model = AutoModelForSequenceClassification.from_config(cfg)
+    model = AutoModelForSequenceClassification.from_config(tiny_config(num_labels=3)).eval()
     ids, mask = ragged_batch([10, 6])
-    out = model(ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids), labels=torch.tensor([0, 2]))
-    assert out.logits.shape == (2, 3) and out.loss.item() > 0
+    left_ids = torch.cat([torch.zeros(1, 4, dtype=torch.long), ids[1:, :6]], dim=1)  # row 1, left-padded
+    left_mask = torch.cat([torch.zeros(1, 4, dtype=torch.long), mask[1:, :6]], dim=1)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
+        states = model.model(ids, attention_mask=mask).last_hidden_state
+        expected = model.classifier(torch.tanh(model.dense(states[:, 0])))
+        left = model(left_ids, attention_mask=left_mask).logits
+    assert torch.allclose(out.logits, expected, atol=1e-6)
+    assert torch.allclose(left[0], out.logits[1], atol=TOL), "left padding reads the same [CLS]"
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        model(ids[:1], cu_seqlens=torch.tensor([0, 10], dtype=torch.int32))
+
+
+def test_sequence_classification_losses_follow_the_problem_type():
+    from transformers import AutoModelForSequenceClassification
+
+    ids, mask = ragged_batch([10, 6])
+    classifier = AutoModelForSequenceClassification.from_config(tiny_config(num_labels=3))
+    logits = classifier(ids, attention_mask=mask).logits
+    loss = classifier(ids, attention_mask=mask, labels=torch.tensor([0, 2])).loss
+    assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits, torch.tensor([0, 2])))
     regression = AutoModelForSequenceClassification.from_config(tiny_config(num_labels=1))
-    assert regression(ids, attention_mask=mask, labels=torch.tensor([0.5, 1.0])).loss.item() >= 0
+    scores = regression(ids, attention_mask=mask).logits.squeeze(-1)
+    target = torch.tensor([0.5, 1.0])
+    loss = regression(ids, attention_mask=mask, labels=target).loss
+    assert torch.allclose(loss, torch.nn.functional.mse_loss(scores, target))
 
 
 @pytest.mark.slow
@@ -332,16 +386,28 @@ def test_padded_forward_compiles_without_graph_breaks():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_varlen_kernels_match_padded_sdpa_in_bf16():
+def test_cuda_varlen_kernels_match_padded_sdpa_in_bf16_forward_and_backward():
     from neoembed.pretrain.attention import varlen_kernel
 
-    padded = make_model(attn_backend="sdpa").cuda().to(torch.bfloat16)
-    unpadded = with_backend(padded, "unpadded").cuda().to(torch.bfloat16)
+    assert varlen_kernel(torch.empty(1, device="cuda", dtype=torch.bfloat16)) != "sdpa_per_sequence"
+    padded = NeoBERTForMaskedLM(tiny_config(attn_backend="sdpa")).cuda().to(torch.bfloat16)
+    unpadded = NeoBERTForMaskedLM(tiny_config(attn_backend="unpadded")).cuda().to(torch.bfloat16)
+    unpadded.load_state_dict(padded.state_dict())
     ids, mask = ragged_batch([200, 37, 512, 90], length=512)
     ids, mask = ids.cuda(), mask.cuda()
-    assert varlen_kernel(torch.empty(1, device="cuda", dtype=torch.bfloat16)) != "sdpa_per_sequence"
-    with torch.no_grad():
-        a = padded(ids, attention_mask=mask).last_hidden_state.float()
-        b = unpadded(ids, attention_mask=mask).last_hidden_state.float()
+    labels = ids.masked_fill(~mask.bool(), -100)
+    losses, grads = [], []
+    for model in (padded, unpadded):
+        loss = model(ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(model.model.transformer_encoder[0].qkv.weight.grad.float())
+    assert abs(losses[0] - losses[1]) < 0.02
+    assert (grads[0] - grads[1]).abs().max() < 0.05 * grads[0].abs().max()
+
     real = mask.bool()
-    assert (a[real] - b[real]).abs().max() < 0.05
+    cu = torch.nn.functional.pad(mask.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+    with torch.no_grad():
+        packed = unpadded.model(ids[real][None], cu_seqlens=cu).last_hidden_state[0].float()
+        reference = padded.model(ids, attention_mask=mask).last_hidden_state[real].float()
+    assert (packed - reference).abs().max() < 0.05

@@ -42,6 +42,7 @@ class PaddedBatch:
 class VarlenBatch:
     cu_seqlens: torch.Tensor  # (sequences + 1,) int32 offsets of each sequence in the token dimension
     max_seqlen: int
+    _bounds: list[int] | None = None  # cu_seqlens as Python ints, read once per forward (a device sync)
 
     def attend(self, q, k, v) -> tuple[torch.Tensor, None]:
         """q, k, v: (tokens, heads, head_dim) -> (tokens, heads, head_dim); no attention across sequences."""
@@ -56,16 +57,17 @@ class VarlenBatch:
 
             cu = self.cu_seqlens
             return varlen_attn(q, k, v, cu, cu, self.max_seqlen, self.max_seqlen), None
-        return _attend_per_sequence(q, k, v, self.cu_seqlens), None
+        if self._bounds is None:
+            self._bounds = self.cu_seqlens.tolist()
+        return _attend_per_sequence(q, k, v, self._bounds), None
 
 
-def _attend_per_sequence(q, k, v, cu_seqlens) -> torch.Tensor:
+def _attend_per_sequence(q, k, v, bounds: list[int]) -> torch.Tensor:
     """Exact varlen attention anywhere: one SDPA call per sequence, no padding computed.
 
     The cost is the real attention FLOPs plus a Python loop over sequences (tens of microseconds each), which
     is small next to the linear layers; CUDA uses the fused varlen kernels instead.
     """
-    bounds = cu_seqlens.tolist()
     out = torch.empty_like(q)
     for start, end in zip(bounds[:-1], bounds[1:]):
         if end > start:
@@ -85,7 +87,7 @@ def _torch_has_varlen() -> bool:
 
 def varlen_kernel(q: torch.Tensor) -> str:
     """The varlen kernel for these tensors: a fused CUDA kernel where one applies, else per-sequence SDPA."""
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+    if q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16):
         if _has_module("flash_attn"):
             return "flash_attn"
         if _torch_has_varlen():

@@ -24,7 +24,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
-from .attention import PaddedBatch, VarlenBatch
+from .attention import PaddedBatch, VarlenBatch, varlen_kernel
 from .config import NeoBERTConfig
 from .rope import RotaryEmbedding, apply_rotary
 
@@ -185,7 +185,9 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             else:
                 position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
 
-        backend = self._resolve_backend(mask, output_attentions)
+        if self.config.attn_backend == "auto" and mask is not None and bool(mask.all()):
+            mask = None  # nothing is padded: without a mask SDPA may pick its fastest (flash) kernel
+        backend = self._resolve_backend(x, mask, output_attentions)
         if backend != "unpadded":
             batch = PaddedBatch(key_mask=mask, eager=backend == "eager")
             return self._run_layers(x, position_ids, batch, output_hidden_states, output_attentions)
@@ -207,14 +209,19 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         all_hidden = None if all_hidden is None else tuple(repad(h) for h in all_hidden)
         return repad(hidden), all_hidden, None
 
-    def _resolve_backend(self, mask: torch.Tensor | None, output_attentions: bool) -> str:
+    def _resolve_backend(self, x: torch.Tensor, mask: torch.Tensor | None, output_attentions: bool) -> str:
         if output_attentions:
             return "eager"
         backend = self.config.attn_backend
-        if backend == "auto":
-            # Data-dependent: pin attn_backend to "sdpa" for torch.compile with full graphs.
-            return "unpadded" if mask is not None and not bool(mask.all()) else "sdpa"
-        return backend
+        if backend != "auto":
+            return backend
+        # Data-dependent (the caller checked the mask): pin "sdpa" for torch.compile with full graphs.
+        if mask is None:
+            return "sdpa"
+        # Unpadding pays on CPU (exact per-sequence SDPA) and on CUDA with a fused varlen kernel (bf16/fp16);
+        # CUDA in fp32 has no varlen kernel, and a per-sequence loop there would cost more than the padding.
+        fused = varlen_kernel(x) != "sdpa_per_sequence"
+        return "unpadded" if x.device.type == "cpu" or fused else "sdpa"
 
     def _run_layers(self, x, position_ids, batch, output_hidden_states, output_attentions=False):
         """The layer stack on either layout. Hidden states follow the HF convention: the embedding output
@@ -314,9 +321,17 @@ class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
             init.uniform_(module.weight, -r, r)
 
     def forward(self, input_ids=None, labels: torch.Tensor | None = None, return_dict=None, **kwargs):
+        """Classify the [CLS] state: the first real token of each row (so left padding works too)."""
+        if kwargs.get("cu_seqlens") is not None:
+            raise ValueError("sequence classification takes padded batches, not packed ones (cu_seqlens)")
         return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(input_ids, return_dict=True, **kwargs)
-        cls = outputs.last_hidden_state[..., 0, :]
+        states, mask = outputs.last_hidden_state, kwargs.get("attention_mask")
+        rows = torch.arange(states.shape[0], device=states.device)
+        first_token = (
+            mask.to(states.device).long().argmax(dim=1) if mask is not None else torch.zeros_like(rows)
+        )
+        cls = states[rows, first_token]
         pooled = torch.tanh(self.dense(self.dropout(cls)))
         logits = self.classifier(self.dropout(pooled))
         loss = None
