@@ -17,6 +17,7 @@ import torch
 
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.pretrain import NeoBERTConfig, NeoBERTModel, tiny_config
+from neoembed.pretrain.batches import padded_width
 
 CONFIGS = {"tiny": tiny_config, "full": NeoBERTConfig}
 # Tokens per timed batch: enough work to time well, small enough that the 250M model runs in seconds on CPU.
@@ -45,7 +46,7 @@ def build_cases(fixed_lengths: list[int], tokens_per_batch: int, max_length: int
 def make_batch(lengths: list[int], vocab_size: int, device: str, seed: int):
     """Right-padded random ids and mask; the padded length is rounded up to a multiple of 8, as in training."""
     gen = torch.Generator().manual_seed(seed)
-    width = -(-max(lengths) // 8) * 8
+    width = padded_width(max(lengths))
     ids = torch.zeros(len(lengths), width, dtype=torch.long)
     mask = torch.zeros(len(lengths), width, dtype=torch.long)
     for row, n in enumerate(lengths):

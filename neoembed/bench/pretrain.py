@@ -18,7 +18,7 @@ import torch
 
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.pretrain import NeoBERTConfig, NeoBERTForMaskedLM
-from neoembed.pretrain.batches import MLMBatches, packed_to_padded
+from neoembed.pretrain.batches import MLMBatches, count_real_tokens, packed_to_padded
 from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.pretrain.trainer import training_flops_per_token
 
@@ -45,8 +45,7 @@ def time_steps(model, optimizer, batches: MLMBatches, steps: int) -> tuple[float
             start = time.perf_counter()
         batch = batches[item]
         if item:
-            mask = batch.get("attention_mask")
-            tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+            tokens += count_real_tokens(batch)
         loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -96,14 +95,9 @@ def run(
         # Throughput only: a tiny learning rate keeps the shared model stable across layouts.
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         seconds, tokens = time_steps(model, optimizer, batches, steps)
-        plan = batches.plans[0]
-        context = float((plan.piece_end - plan.piece_start).mean())
         tokens_per_second = tokens / seconds
-        mfu = (
-            tokens_per_second * training_flops_per_token(config, context) / (peak_tflops * 1e12)
-            if peak_tflops
-            else None
-        )
+        flops = training_flops_per_token(config, batches.plans[0].attention_context(), decoder_fraction=0.2)
+        mfu = tokens_per_second * flops / (peak_tflops * 1e12) if peak_tflops else None
         results[name] = {
             "layout": name,
             "real tokens/step": tokens // steps,
@@ -115,9 +109,11 @@ def run(
 
     packed_batch = packed[0]
     with torch.no_grad():
-        loss_gap = abs(
-            model(**packed_batch).loss.item() - model(**packed_to_padded(packed_batch)).loss.item()
-        )
+        model.config.attn_backend = "unpadded"
+        packed_loss = model(**packed_batch).loss.item()
+        model.config.attn_backend = "sdpa"  # the padded computation, padding and all
+        padded_loss = model(**packed_to_padded(packed_batch)).loss.item()
+    loss_gap = abs(packed_loss - padded_loss)
     speedup = results["packed"]["tokens/s"] / results["padded"]["tokens/s"]
     verdict = (
         f"packed/padded real tokens/s = {speedup:.2f}x "
