@@ -55,3 +55,12 @@ def test_quickstart_runs_and_resumes(tmp_path):
     again = runner.invoke(app, ["quickstart", "--run-dir", str(tmp_path)])
     assert again.exit_code == 0
     assert again.output.count("done earlier, skipped") == 2
+
+
+def test_encode_checks_its_files_before_any_work(tmp_path):
+    bad_output = runner.invoke(app, ["encode", "hello", "--output", str(tmp_path / "emb.csv")])
+    assert bad_output.exit_code != 0 and ".npy or .jsonl" in bad_output.output
+    latin1 = tmp_path / "texts.txt"
+    latin1.write_bytes("caf\xe9\n".encode("latin-1"))
+    bad_file = runner.invoke(app, ["encode", "--file", str(latin1)])
+    assert bad_file.exit_code != 0 and "not UTF-8" in bad_file.output

@@ -19,7 +19,12 @@ def encode(
     from neoembed.embedder import EmbedderError, load_embedder
     from neoembed.embedding_io import load_texts, save_embeddings, similarity_table
 
-    items = load_texts(texts or [], file)
+    if output is not None and output.suffix not in (".npy", ".jsonl"):
+        raise typer.BadParameter(f"{output}: use a .npy or .jsonl file", param_hint="--output")
+    try:
+        items = load_texts(texts or [], file)
+    except UnicodeDecodeError as err:
+        raise typer.BadParameter(f"{file} is not UTF-8 text ({err.reason})", param_hint="--file") from err
     if not items:
         raise typer.BadParameter("give texts as arguments or a non-empty --file")
     try:

@@ -30,9 +30,10 @@ def create_tiny_neobert(run_dir: Path) -> dict:
     from neoembed.pretrain import NeoBERTModel, tiny_config
     from neoembed.pretrain.tokenizer import load_tokenizer
 
-    torch.manual_seed(0)
     out = run_dir / TINY_NEOBERT_DIR
-    model = NeoBERTModel(tiny_config())
+    with torch.random.fork_rng():  # a fixed initialisation without touching the caller's RNG
+        torch.manual_seed(0)
+        model = NeoBERTModel(tiny_config())
     model.save_pretrained(out)
     load_tokenizer(max_length=model.config.max_length).save_pretrained(out)
     parameters = sum(p.numel() for p in model.parameters())
