@@ -11,10 +11,10 @@ import hashlib
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from neoembed.data.mapping import FieldPath, PathError
+from neoembed.recipes import RecipeError, describe_validation_error, read_yaml_mapping
 
 
 class ManifestError(ValueError):
@@ -118,29 +118,16 @@ class Manifest(_Strict):
 
 def load_manifest(path: Path) -> tuple[Manifest, str]:
     """Parse and validate one manifest; returns it with the sha256 of its bytes (part of the build hash)."""
-    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as err:
-        raise ManifestError(f"{path}: not valid YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise ManifestError(f"{path}: expected a mapping of fields at the top level")
-    try:
+        data = read_yaml_mapping(path)
         manifest = Manifest.model_validate(data)
+    except RecipeError as err:
+        raise ManifestError(str(err)) from None
     except ValidationError as err:
-        problems = "; ".join(
-            f"field {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {_short(e)}" for e in err.errors()
-        )
-        raise ManifestError(f"{path}: {problems}") from None
+        raise ManifestError(f"{path}: {describe_validation_error(err)}") from None
     if manifest.name != path.stem:
         raise ManifestError(f"{path}: field name: {manifest.name!r} must equal the file name {path.stem!r}")
-    return manifest, hashlib.sha256(raw).hexdigest()
-
-
-def _short(error: dict) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown field"
-    return error["msg"].removeprefix("Value error, ")
+    return manifest, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_manifests(directory: Path, names: list[str] | None = None) -> dict[str, tuple[Manifest, str]]:
