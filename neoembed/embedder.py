@@ -54,8 +54,19 @@ def load_embedder(
     except (OSError, ValueError, KeyError) as err:
         raise EmbedderError(f"cannot load embedder {name!r}: {err}") from err
     if max_seq_length is not None:
+        limit = position_limit(model)
+        if limit is not None and max_seq_length > limit:
+            raise EmbedderError(
+                f"max length {max_seq_length} exceeds {name!r}'s {limit} positions; use at most {limit}"
+            )
         model.max_seq_length = max_seq_length
     return model
+
+
+def position_limit(model) -> int | None:
+    """The longest input the model's position embeddings allow, where its transformers config says."""
+    auto_model = getattr(model[0], "auto_model", None)
+    return getattr(getattr(auto_model, "config", None), "max_position_embeddings", None)
 
 
 def model_fingerprint(model) -> str:

@@ -72,6 +72,22 @@ def test_search_returns_ranked_documents_with_metadata(index_dir, minilm_path, m
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "k"
 
 
+def test_an_index_serves_next_to_a_half_precision_model(index_dir, minilm_path):
+    """The index is checked against the stored weights; the bf16 conversion for serving comes after."""
+    settings = ServeSettings(model=str(minilm_path), index=index_dir, dtype="bfloat16")
+    with serve_in_thread(create_app(settings)) as base:
+        body = {"query": ["an instrument with keys and hammers"], "k": 1}
+        results = httpx.post(f"{base}/search", json=body).json()["results"]
+        assert results[0]["hits"][0]["id"] == "piano"
+
+
+def test_a_max_length_beyond_the_model_positions_is_refused(minilm_path):
+    from neoembed.embedder import EmbedderError
+
+    with pytest.raises(EmbedderError, match="512 positions"):
+        create_app(ServeSettings(model=str(minilm_path), max_input_length=1000))
+
+
 def test_index_built_with_another_model_is_refused_at_start(index_dir, neobert_dir):
     with pytest.raises(ValueError, match="was built with .* not with the served model"):
         create_app(ServeSettings(model=str(neobert_dir), index=index_dir))

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from neoembed import __version__
-from neoembed.serve.backend import Backend, Prepared, load_model
+from neoembed.serve.backend import Backend, Prepared, load_model, to_serving_dtype
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
 from neoembed.serve.errors import APIError, InvalidInput, install_error_handlers
 from neoembed.serve.inputs import Inputs, parse_openai_input, parse_texts
@@ -25,7 +25,7 @@ from neoembed.serve.metrics import Metrics
 from neoembed.serve.middleware import ApiKeyMiddleware, BodyLimitMiddleware, RequestMetricsMiddleware
 from neoembed.serve.responses import openai_body, rows_body, shape
 from neoembed.serve.schemas import EmbeddingsRequest, EmbedRequest, SearchRequest, TokenizeRequest
-from neoembed.serve.search import open_index
+from neoembed.serve.search import ServedIndex
 from neoembed.serve.settings import DEFAULT_BATCH_TOKENS, ServeSettings
 
 ROUTES = frozenset({"/v1/embeddings", "/embed", "/search", "/tokenize", "/info", "/health", "/metrics"})
@@ -46,6 +46,10 @@ def create_app(settings: ServeSettings, model=None) -> FastAPI:
     a port is bound.
     """
     model = model if model is not None else load_model(settings)
+    # The index is checked against the model as stored: the fingerprint hashes the weights' bytes, which a
+    # bf16/fp16 conversion for serving changes.
+    index = ServedIndex(Path(settings.index), model, threads=settings.threads) if settings.index else None
+    model = to_serving_dtype(model, settings)
     backend = Backend(model)
     name = served_name(settings)
     budget = settings.max_batch_tokens or max(DEFAULT_BATCH_TOKENS, backend.max_length)
@@ -54,7 +58,6 @@ def create_app(settings: ServeSettings, model=None) -> FastAPI:
             f"--max-batch-tokens ({budget}) must be at least the max input length ({backend.max_length} "
             "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length"
         )
-    index = open_index(settings.index, model, threads=settings.threads) if settings.index else None
     metrics = Metrics()
     batcher = Batcher(
         backend.embed, max_batch_tokens=budget, max_queue_items=settings.max_queue_items, metrics=metrics

@@ -28,10 +28,14 @@ NOT_OUR_IDS = (
 
 
 def load_model(settings: ServeSettings):
-    """The embedder named by the settings, on its device, in its dtype (fp32 on CPU, half precision on GPU)."""
+    """The embedder named by the settings, on its device, in fp32 as stored (see `to_serving_dtype`)."""
+    return load_embedder(settings.model, device=settings.device, max_seq_length=settings.max_input_length)
+
+
+def to_serving_dtype(model, settings: ServeSettings):
+    """The model in the settings' dtype: fp32 on CPU, half precision on GPU under `auto`."""
     import torch
 
-    model = load_embedder(settings.model, device=settings.device, max_seq_length=settings.max_input_length)
     dtype = settings.dtype
     if dtype == "auto":
         on_gpu = model.device.type == "cuda"

@@ -46,7 +46,3 @@ class ServedIndex:
 
     def close(self) -> None:
         self._index.close()
-
-
-def open_index(directory: Path, model, *, threads: int | None) -> ServedIndex:
-    return ServedIndex(Path(directory), model, threads=threads)
