@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from test_data_fixtures import EVAL_TEXT, write_manifests, write_sources
+from data_source_fixtures import EVAL_TEXT, write_manifests, write_sources
 from typer.testing import CliRunner
 
 from neoembed.cli import app
@@ -212,3 +212,13 @@ def test_unreachable_hub_source_says_how_to_build_offline(tmp_path):
         match=r"source gooaq: cannot load hub dataset tomaarsen/gooaq-hard-negatives .*--local-data",
     ):
         build(cfg)
+
+
+def test_negatives_that_are_evaluation_texts_are_dropped_and_counted():
+    from neoembed.data.normalize import Limits, clean, clean_negatives, text_key
+
+    limits = Limits(min_chars=1, max_chars=1000, min_score=None)
+    leak_keys = {text_key(clean("A passage from the MTEB test set."))}
+    given = ["a passage from the MTEB TEST set.", "Another passage.", "Another passage."]
+    kept, leaked = clean_negatives(given, query_key=1, positive_key=2, limits=limits, leak_keys=leak_keys)
+    assert kept == ["Another passage."] and leaked == 1

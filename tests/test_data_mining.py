@@ -213,7 +213,7 @@ def test_killed_build_resumes_to_a_byte_identical_result(tmp_path):
 
 
 def test_mine_always_appends_mined_negatives_after_the_given_ones(tmp_path):
-    from test_data_fixtures import MANIFESTS, write_manifests, write_sources
+    from data_source_fixtures import MANIFESTS, write_manifests, write_sources
 
     manifest = MANIFESTS["allnli"] + "options: {mine: always}\n"
     config = BuildConfig(

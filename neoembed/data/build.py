@@ -197,7 +197,7 @@ class Build:
         for unit in units:  # parts left over from an earlier build with more parts
             for stale in (self.out / unit.source).glob("part-*"):
                 if int(stale.name[5:10]) >= unit.parts:
-                    stale.unlink()
+                    stale.unlink(missing_ok=True)  # another shard may have removed it already
         sources = {name: _source_stats(staged[name], markers[name]) for name in self.manifests}
         stats = {
             "build_hash": _sha([u.fingerprint for u in units]),

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from neoembed.data.atomic import write_text
+
 CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
 
 
@@ -74,7 +76,7 @@ class Miner:
                 show_progress_bar=len(texts) > self.config.chunk_rows // 4,
             )
             array.flush()
-            progress.write_text(str(stop))
+            write_text(progress, str(stop))  # atomic: a kill mid-write must not break the resume
         return array
 
     def mine(

@@ -75,15 +75,21 @@ def check(
     return None
 
 
-def clean_negatives(values, query_key: int, positive_key: int, limits: Limits) -> list[str]:
-    """Cleaned negatives in source order, without empties, out-of-range lengths, repeats, or copies of the pair."""
-    kept, seen = [], {query_key, positive_key}
+def clean_negatives(
+    values, query_key: int, positive_key: int, limits: Limits, leak_keys: frozenset | set = frozenset()
+) -> tuple[list[str], int]:
+    """Cleaned negatives in source order, without empties, out-of-range lengths, repeats, or copies of the pair,
+    and the number dropped because they are evaluation texts (`leak_keys`): a given negative can carry a test
+    passage into training as surely as a positive can."""
+    kept, seen, leaked = [], {query_key, positive_key}, 0
     for value in values:
         text = clean(value) if isinstance(value, str) else ""
         if not text or not limits.min_chars <= len(text) <= limits.max_chars:
             continue
         key = text_key(text)
-        if key not in seen:
+        if key in leak_keys:
+            leaked += 1
+        elif key not in seen:
             seen.add(key)
             kept.append(text)
-    return kept
+    return kept, leaked

@@ -94,6 +94,7 @@ def prepare_source(
     paths = manifest.mapping.paths()
     limits = Limits(manifest.options.min_chars, manifest.options.max_chars, manifest.options.min_score)
     dropped = dict.fromkeys(REASONS, 0)
+    leaked_negatives = 0
     malformed_example = None
     query_lengths, positive_lengths, negative_counts = [], [], []
 
@@ -125,7 +126,8 @@ def prepare_source(
                 if reason is not None:
                     dropped[reason] += 1
                     continue
-                negatives = clean_negatives(given, query_key, positive_key, limits)
+                negatives, leaked = clean_negatives(given, query_key, positive_key, limits, leak_keys)
+                leaked_negatives += leaked
                 for name, value in zip(
                     STAGING_SCHEMA.names,
                     (query, positive, negatives, manifest.name, query_key, positive_key, group),
@@ -146,6 +148,7 @@ def prepare_source(
         "expected_rows": manifest.expected_rows,
         "kept": len(query_lengths),
         "dropped": dropped,
+        "negatives_dropped_for_leakage": leaked_negatives,
         "malformed_example": malformed_example,
         "given_negatives_per_row": round(float(np.mean(negative_counts)), 3) if negative_counts else 0.0,
         "query_chars": _percentiles(query_lengths),
