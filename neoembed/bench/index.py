@@ -120,6 +120,11 @@ def wordnet_set(
 
 def _verdict(rows: list[dict], target: float, threads: int) -> tuple[bool, str]:
     auto = next(r for r in rows if r["auto"])
+    if auto["factory"] == "Flat":
+        return (
+            True,
+            f"{auto['set']}: auto choice Flat: exact search, the corpus is small enough (no speed target)",
+        )
     met = auto["recall_at_10"] >= target and auto["x_exact_batch"] >= 3
     return met, (
         f"{auto['set']}: auto choice {auto['factory']} ({auto['param']}) recall@10 {auto['recall_at_10']:.3f} at "
