@@ -12,7 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 from neoembed.cli import app
-from neoembed.evaluation.glue import GlueError, make_settings, run_glue, select_tasks
+from neoembed.evaluation.glue import GlueError, load_settings, run_glue, select_tasks
 from neoembed.evaluation.glue.metrics import compute_metrics
 from neoembed.evaluation.glue.model import load_glue_model
 from neoembed.evaluation.glue.synthetic import write_synthetic
@@ -56,7 +56,9 @@ def _rows(path: Path) -> list[list[str]]:
 
 
 def test_classification_and_regression_beat_the_baselines(tiny_neobert, glue_dir, tmp_path):
-    settings = make_settings(learning_rate=2e-3, batch_size=8, max_epochs=4, transfer={"enabled": False})
+    settings = load_settings(
+        overrides={"learning_rate": 2e-3, "batch_size": 8, "max_epochs": 4, "transfer.enabled": False}
+    )
     results = run_glue(
         tiny_neobert, select_tasks(["sst2", "stsb"], []), settings, tmp_path, data_dir=glue_dir
     )
@@ -87,7 +89,7 @@ def test_classification_and_regression_beat_the_baselines(tiny_neobert, glue_dir
 
 
 def test_mnli_transfer(tiny_neobert, glue_dir, tmp_path):
-    settings = make_settings(**QUICK, transfer={"enabled": True, "tasks": ["rte"]})
+    settings = load_settings(overrides={**QUICK, "transfer": {"enabled": True, "tasks": ["rte"]}})
     results = run_glue(tiny_neobert, select_tasks(["rte", "mnli"], []), settings, tmp_path, data_dir=glue_dir)
     assert [r.task for r in results] == ["mnli", "rte"]  # MNLI runs first
     mnli_best = tmp_path / "mnli" / "best_model"
@@ -146,6 +148,22 @@ def test_cli_grid_resume_and_errors(tiny_neobert, glue_dir, tmp_path):
     assert len((out / "runs.jsonl").read_text().splitlines()) == 2
     changed = CliRunner().invoke(app, [*args, "-o", str(out), "--epochs", "2"])
     assert changed.exit_code == 2 and "produced with protocol" in changed.output
+    other_data = CliRunner().invoke(app, [*args[:-1], str(glue_dir / "sst2"), "-o", str(out)])
+    assert other_data.exit_code == 2 and "produced with data" in other_data.output
+
+    # A narrower rerun of the worse point alone (set through generic field overrides) still reports the
+    # best model on disk, not the point it ran.
+    worse = min(runs, key=lambda r: r["score"])["hyperparameters"]["batch_size"]
+    single = [a for a in args if a != "--grid"] + ["--batch_size", str(worse), "--learning_rate", "0.002"]
+    narrower = CliRunner().invoke(app, [*single, "-o", str(out)])
+    assert narrower.exit_code == 0 and "done before" in narrower.output, narrower.output
+    summary = json.loads((out / "glue.json").read_text())
+    assert summary["tasks"]["sst2"]["hyperparameters"] == best["hyperparameters"]
+
+    typo = CliRunner().invoke(
+        app, [*args, "-o", str(tmp_path / "typo"), "--mnli-checkpoint", str(tmp_path / "no-such-model")]
+    )
+    assert typo.exit_code == 2 and "not a loadable model" in typo.output
 
     unknown = CliRunner().invoke(app, ["glue", "-m", tiny_neobert, "-t", "sst2,squad"])
     assert unknown.exit_code == 2 and "unknown GLUE task 'squad'" in unknown.output

@@ -50,7 +50,7 @@ app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options"
 
 from neoembed.cli import glue  # noqa: E402
 
-app.command("glue")(glue.glue)
+app.command("glue", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(glue.glue)
 
 from neoembed.cli import contrastive  # noqa: E402
 

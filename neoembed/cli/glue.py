@@ -12,6 +12,7 @@ console = Console()
 
 
 def glue(
+    ctx: typer.Context,
     model: Annotated[
         str, typer.Option("--model", "-m", help="Encoder dir or hub id (NeoBERT, BERT, ...), or 'minilm'.")
     ],
@@ -70,37 +71,35 @@ def glue(
     bf16: Annotated[bool | None, typer.Option("--bf16/--fp32", help="bf16 mixed precision.")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's).")] = None,
 ) -> None:
-    """Fine-tune on GLUE tasks (paper's protocol: AdamW 0.9/0.95, 6% warmup, linear decay, early stopping)."""
-    from neoembed.evaluation.glue import (
-        GlueError,
-        load_recipe,
-        make_settings,
-        run_glue,
-        select_tasks,
-        write_report,
-    )
+    """Fine-tune on GLUE tasks (paper's protocol: AdamW 0.9/0.95, 6% warmup, linear decay, early stopping).
+
+    Any recipe field can also be set as `--field value` or `--section.field value` (e.g. --adam_beta2 0.98
+    --grid.learning_rate "[1e-5, 2e-5]"); the flags above are shortcuts for the common ones."""
+    from neoembed.evaluation.glue import GlueError, load_settings, run_glue, select_tasks, write_report
+    from neoembed.recipes import RecipeError, dump_recipe, parse_overrides
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     try:
-        settings = make_settings(
-            load_recipe(recipe) if recipe else None,
-            source="command line",
-            max_epochs=epochs,
-            batch_size=batch_size,
-            learning_rate=lr,
-            weight_decay=weight_decay,
-            early_stopping_patience=patience,
-            max_length=max_length,
-            eval_steps=eval_steps,
-            max_train_samples=max_train_samples,
-            max_eval_samples=max_eval_samples,
-            seed=seed,
-            bf16=bf16,
-            transfer={} if transfer is None else {"enabled": transfer},
-        )
+        shortcuts = {
+            "max_epochs": epochs,
+            "batch_size": batch_size,
+            "learning_rate": lr,
+            "weight_decay": weight_decay,
+            "early_stopping_patience": patience,
+            "max_length": max_length,
+            "eval_steps": eval_steps,
+            "max_train_samples": max_train_samples,
+            "max_eval_samples": max_eval_samples,
+            "seed": seed,
+            "bf16": bf16,
+            "transfer.enabled": transfer,
+        }
+        overrides = {key: value for key, value in shortcuts.items() if value is not None}
+        settings = load_settings(recipe, {**overrides, **parse_overrides(ctx.args)})
+        dump_recipe(settings, output / "recipe.yaml")
         tasks = select_tasks([n for item in task or [] for n in item.split(",")], settings.tasks)
         results = run_glue(
             model,
@@ -113,7 +112,7 @@ def glue(
             mnli_checkpoint=mnli_checkpoint,
             log=lambda line: console.print(line, markup=False, soft_wrap=True),
         )
-    except GlueError as err:
+    except (GlueError, RecipeError) as err:
         console.print(f"error: {err}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     json_path, md_path = write_report(model, results, output)

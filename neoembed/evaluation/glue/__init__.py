@@ -5,7 +5,7 @@
 
 from neoembed.evaluation.glue.report import glue_average, to_markdown, write_report
 from neoembed.evaluation.glue.runner import TaskResult, run_glue
-from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters, load_recipe, make_settings
+from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters, load_settings
 from neoembed.evaluation.glue.tasks import TASKS, GlueError, GlueTask, get_task, select_tasks
 
 __all__ = [
@@ -17,8 +17,7 @@ __all__ = [
     "TaskResult",
     "get_task",
     "glue_average",
-    "load_recipe",
-    "make_settings",
+    "load_settings",
     "run_glue",
     "select_tasks",
     "to_markdown",

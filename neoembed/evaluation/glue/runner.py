@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from transformers import set_seed
+
 from neoembed.evaluation.glue.data import load_task_data, tokenize
 from neoembed.evaluation.glue.model import load_glue_model, load_glue_tokenizer
 from neoembed.evaluation.glue.settings import GlueSettings
@@ -64,6 +66,16 @@ def _init_from(task: GlueTask, model: str, settings: GlueSettings, out_dir: Path
     return str(source)
 
 
+def _check_loadable(checkpoint: str) -> None:
+    """Fail before any training when --mnli-checkpoint is not a model (a typo would surface hours later)."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(checkpoint)
+    except (OSError, ValueError) as err:
+        raise GlueError(f"--mnli-checkpoint {checkpoint}: not a loadable model ({err})") from None
+
+
 def _check_same_run(found: dict, expected: dict, path: Path) -> None:
     for key, value in expected.items():
         if found.get(key) != value:
@@ -81,16 +93,19 @@ def run_task(
     settings: GlueSettings,
     out_dir: Path,
     *,
-    model: str,
+    run_identity: dict,
     grid: bool = False,
     log: Callable[[str], None] = print,
 ) -> TaskResult:
     """Fine-tune `task` from `init` at every grid point (or the configured one); keep the best run's model.
 
-    `encoded` is the task's tokenised DatasetDict; `model` is the name the user asked for (recorded).
+    `encoded` is the task's tokenised DatasetDict; `run_identity` names the model, tokenizer and data asked
+    for, recorded with every result so that results of another setup are never mixed in. The best model on
+    disk (best_model/, best.json) is the best of every run in this directory, so the report always describes
+    the saved model, even when a later invocation runs fewer grid points.
     """
     task_dir = out_dir / task.name
-    identity = {"model": model, "init_from": init, "protocol": settings.protocol()}
+    identity = {**run_identity, "init_from": init, "protocol": settings.protocol()}
     points = settings.points(grid)
     done = {}
     for hp in points:
@@ -98,7 +113,10 @@ def run_task(
         if path.exists():
             done[hp] = json.loads(path.read_text(encoding="utf-8"))
             _check_same_run(done[hp], identity, path)
-    best = max(done.values(), key=lambda r: r["score"], default=None)
+    best_path = task_dir / "best.json"
+    best = json.loads(best_path.read_text(encoding="utf-8")) if best_path.exists() else None
+    if best is not None:
+        _check_same_run(best, identity, best_path)
     for i, hp in enumerate(points, start=1):
         step = f"{task.name} [{i}/{len(points)}] {hp.slug}"
         if hp in done:
@@ -107,6 +125,7 @@ def run_task(
         log(f"{step}: fine-tuning from {init}")
         run_dir = task_dir / hp.slug
         shutil.rmtree(run_dir, ignore_errors=True)  # a run interrupted before its result.json
+        set_seed(settings.seed)  # the new head's initial weights: the same whether run fresh or resumed
         run = fine_tune(load_glue_model(init, task), tokenizer, task, encoded, hp, settings, run_dir)
         result = {**identity, "task": task.name, "hyperparameters": asdict(hp), **asdict(run)}
         if best is None or run.score > best["score"]:
@@ -148,6 +167,8 @@ def run_glue(
     the transfer source are checked before the first run trains, so bad input fails in seconds."""
     tasks = order_tasks(tasks, settings)
     tokenizer = load_glue_tokenizer(model, tokenizer_name)
+    if mnli_checkpoint is not None:
+        _check_loadable(mnli_checkpoint)
     if all(t.name != TRANSFER_SOURCE for t in tasks):
         for task in tasks:
             _init_from(task, model, settings, out_dir, mnli_checkpoint)
@@ -170,7 +191,11 @@ def run_glue(
             encoded[task.name],
             settings,
             out_dir,
-            model=model,
+            run_identity={
+                "model": model,
+                "tokenizer": tokenizer_name or model,
+                "data": str(data_dir) if data_dir else "nyu-mll/glue",
+            },
             grid=grid,
             log=log,
         )

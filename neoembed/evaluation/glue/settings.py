@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from neoembed.evaluation.glue.tasks import PAPER_TASKS, GlueError, get_task
+from neoembed.recipes import RecipeError, StrictSettings, load_recipe
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -33,11 +34,7 @@ class Hyperparameters:
         return f"bs{self.batch_size}-lr{self.learning_rate:g}-wd{self.weight_decay:g}"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
-
-
-class Grid(_Strict):
+class Grid(StrictSettings):
     """The paper's hyperparameter grid: every combination is fine-tuned, the best dev score is kept."""
 
     batch_size: list[PositiveInt] = [4, 8, 16, 32]
@@ -45,7 +42,7 @@ class Grid(_Strict):
     weight_decay: list[NonNegativeFloat] = [1e-2, 1e-5]
 
 
-class Transfer(_Strict):
+class Transfer(StrictSettings):
     """Small tasks start from the best MNLI checkpoint (the backbone and dense layer; a new classifier)."""
 
     enabled: bool = True
@@ -64,7 +61,7 @@ def _task_name(name: str) -> str:
         raise ValueError(str(err)) from None
 
 
-class GlueSettings(_Strict):
+class GlueSettings(StrictSettings):
     tasks: list[str] = list(PAPER_TASKS)  # what `--task all` runs
     # The single point used without --grid.
     batch_size: PositiveInt = 32
@@ -83,7 +80,7 @@ class GlueSettings(_Strict):
     eval_batch_size: PositiveInt = 64
     eval_steps: PositiveInt | None = None  # evaluate (and early-stop) every N steps; None: once per epoch
     logging_steps: PositiveInt = 50
-    max_train_samples: PositiveInt | None = None  # for quick runs: first N training rows
+    max_train_samples: PositiveInt | None = None  # for quick runs: a seeded sample of N training rows
     max_eval_samples: PositiveInt | None = None
     bf16: bool = False
     seed: int = 0
@@ -110,40 +107,10 @@ class GlueSettings(_Strict):
         return self.model_dump(exclude=skip)
 
 
-def _format(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid GLUE settings"]
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"  {field}: {e['msg']}")
-    return "\n".join(lines)
-
-
-def make_settings(base: GlueSettings | None = None, source: str = "settings", **overrides) -> GlueSettings:
-    """`base` with `overrides` applied (None values are ignored; a dict updates a nested section)."""
-    data = (base or GlueSettings()).model_dump()
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        elif value is not None:
-            data[key] = value
+def load_settings(recipe: Path | None = None, overrides: dict | None = None) -> GlueSettings:
+    """The protocol from `recipe` (None: the defaults above, the paper's) with `{"dotted.field": value}`
+    overrides; errors name the recipe and the field."""
     try:
-        return GlueSettings.model_validate(data)
-    except ValidationError as err:
-        raise GlueError(_format(err, source)) from None
-
-
-def load_recipe(path: Path) -> GlueSettings:
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise GlueError(f"cannot read recipe {path}: {err}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise GlueError(f"{path}: a recipe is a mapping of field: value")
-    try:
-        return GlueSettings.model_validate(data)
-    except ValidationError as err:
-        raise GlueError(_format(err, str(path))) from None
+        return load_recipe(recipe, GlueSettings, overrides)
+    except RecipeError as err:
+        raise GlueError(str(err)) from None
