@@ -18,6 +18,14 @@ def _csv(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def _echo_report(result: dict) -> None:
+    """Every benchmark returns its markdown table, an optional one-line summary, and the files it wrote."""
+    typer.echo(result["table"])
+    if result.get("summary"):
+        typer.echo(result["summary"])
+    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+
+
 @app.command("encode")
 def encode(
     configs: str = typer.Option("tiny,full", help="NeoBERT sizes: tiny (2x64) and/or full (28x768, 250M)."),
@@ -54,8 +62,7 @@ def encode(
         tokens_per_batch=tokens_per_batch or None,
         out_dir=out,
     )
-    typer.echo(result["table"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+    _echo_report(result)
 
 
 @app.command("index")
@@ -79,9 +86,7 @@ def index(
         n=n, dim=dim, queries=queries, target=target_recall, threads=threads,
         wordnet_index=wordnet_index if wordnet else None, model=model, out_dir=out,
     )  # fmt: skip
-    typer.echo(result["table"])
-    typer.echo(result["summary"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+    _echo_report(result)
 
 
 @app.command("build-data")
@@ -101,8 +106,7 @@ def build_data(
     if bad:
         raise typer.BadParameter(f"unknown dtype(s) {bad}; choose float32 and/or bfloat16")
     result = bench_build_data.run(rows, mining_rows, _csv(dtypes), threads, batch_size, out, keep)
-    typer.echo(result["table"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+    _echo_report(result)
 
 
 @app.command("mteb")
@@ -117,9 +121,7 @@ def mteb(
     from neoembed.bench import mteb as bench_mteb
 
     result = bench_mteb.run(model, batch_size, repeats, threads, out)
-    typer.echo(result["table"])
-    typer.echo(result["summary"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+    _echo_report(result)
 
 
 @app.command("serve")
@@ -149,9 +151,7 @@ def serve(
         out_dir=out,
         direct_batch_sizes=tuple(int(size) for size in _csv(direct_batch_sizes)),
     )
-    typer.echo(result["table"])
-    typer.echo(result["summary"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+    _echo_report(result)
 
 
 @app.command("pretrain")
@@ -172,5 +172,4 @@ def pretrain(
     if config not in bench_pretrain.CONFIGS:
         raise typer.BadParameter(f"unknown config {config!r}; choose from {list(bench_pretrain.CONFIGS)}")
     result = bench_pretrain.run(config, max_length, token_budget, steps, threads, peak_tflops or None, out)
-    typer.echo(result["table"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+    _echo_report(result)
