@@ -199,3 +199,32 @@ def test_cli_reports_recipe_errors_without_a_traceback(tmp_path):
     result = CliRunner().invoke(app, ["pretrain", "--recipe", str(path), "--optim.lr", "fast"])
     assert result.exit_code == 1
     assert "field optim.lr" in result.output and "Traceback" not in result.output
+
+
+def test_a_diverging_run_stops_with_a_clear_message_and_saves_nothing_after(tmp_path):
+    from neoembed.pretrain.trainer import TrainingDiverged
+
+    recipe = tiny_recipe(tmp_path, max_steps=40, save_steps=2, log_steps=1, eval_steps=40)
+    recipe["optim"] = {"lr": 1e6, "warmup_steps": 0}  # AdamW steps of ~1e6 per weight: the loss overflows
+    with pytest.raises(TrainingDiverged, match="loss became (nan|inf)") as stopped:
+        run_pretraining(PretrainSettings.model_validate(recipe))
+    run = tmp_path / "run"
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    finite_steps = [r["step"] for r in logged if "loss" in r]  # the diverged loss raises before it is logged
+    saved = sorted(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*"))
+    assert all(step <= max(finite_steps, default=0) for step in saved)
+    assert not (run / "final").exists()
+    assert "Last good checkpoint" in str(stopped.value)
+
+
+def test_empty_documents_are_skipped_and_counted(tmp_path, caplog):
+    from neoembed.pretrain.corpus import load_corpus
+    from neoembed.pretrain.settings import CorpusSettings
+
+    table = tmp_path / "docs.jsonl"
+    rows = ['{"text": "a real document"}', '{"text": "   "}', '{"text": null}', '{"text": "another one"}']
+    table.write_text("\n".join(rows) + "\n")
+    with caplog.at_level("WARNING", logger="neoembed.pretrain"):
+        train, heldout = load_corpus(CorpusSettings(files=[str(table)], heldout_fraction=0.0))
+    assert sorted(train["text"]) == ["a real document", "another one"] and len(heldout) == 0
+    assert "skipped 2 empty or non-text documents of 4" in caplog.text

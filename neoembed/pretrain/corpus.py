@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import logging
 from pathlib import Path
 
 from neoembed.pretrain.settings import CorpusSettings
+
+log = logging.getLogger("neoembed.pretrain")
 
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -103,7 +106,10 @@ def load_corpus(corpus: CorpusSettings):
         raw = raw.select_columns([corpus.text_column])
         if corpus.text_column != "text":
             raw = raw.rename_column(corpus.text_column, "text")
+        before = len(raw)
         raw = raw.filter(lambda row: isinstance(row["text"], str) and row["text"].strip() != "")
+        if len(raw) < before:
+            log.warning("corpus: skipped %d empty or non-text documents of %d", before - len(raw), before)
         fraction = corpus.heldout_fraction
         heldout = raw.filter(lambda b: [_is_heldout(t, fraction) for t in b["text"]], batched=True)
         train = raw.filter(lambda b: [not _is_heldout(t, fraction) for t in b["text"]], batched=True)
