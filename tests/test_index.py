@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from neoembed.bench.index import structured_vectors
+from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import CorpusError, choose_factory, read_corpus
-from neoembed.index._faiss import faiss, set_threads
 from neoembed.index.factory import search_parameter
 from neoembed.index.tune import drop_self, exact_neighbors, measure, recall_at_k, tune
 

@@ -236,3 +236,15 @@ def test_cli_build_search_export_and_clear_errors(corpus, tmp_path):
         result = runner.invoke(app, list(args))
         assert result.exit_code == 2 and message in result.output, (args, result.output)
         assert "Traceback" not in result.output
+
+
+def test_a_short_vector_file_is_an_error_not_zero_vectors(tmp_path):
+    from neoembed.index.errors import IndexingError
+    from neoembed.index.store import append_vectors, trim_vectors
+
+    path = tmp_path / "vectors.f32"
+    append_vectors(path, np.ones((3, 4), dtype="float32"))
+    assert trim_vectors(path, dim=4, rows=2) == 2 and path.stat().st_size == 2 * 4 * 4
+    with pytest.raises(IndexingError, match="holds 2 vectors, fewer than the 5"):
+        trim_vectors(path, dim=4, rows=5)
+    assert path.stat().st_size == 2 * 4 * 4, "the file is left as it was"

@@ -165,8 +165,9 @@ def bench_mining(rows: int, dtypes: list[str], batch_size: int, work: Path) -> l
 def run(
     rows: int, mining_rows: int, dtypes: list[str], threads: int, batch_size: int, out_dir: Path, keep: bool
 ) -> dict:
-    import faiss
     import torch
+
+    from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)

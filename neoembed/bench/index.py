@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from neoembed.bench.report import markdown_table, write_report
-from neoembed.index._faiss import faiss, set_threads
+from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index.factory import choose_factory, ivf_lists, pq_subquantizers
 from neoembed.index.tune import exact_neighbors, measure, tune
 

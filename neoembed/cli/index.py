@@ -21,10 +21,10 @@ Corpus = Annotated[
 ]
 IndexDir = Annotated[Path, typer.Argument(help="Index directory.")]
 Threads = Annotated[
-    int | None, typer.Option(help="faiss/torch threads (default: all CPUs this process may use).")
+    int | None, typer.Option(min=1, help="faiss/torch threads (default: all CPUs this process may use).")
 ]
-BatchSize = Annotated[int, typer.Option(help="Embedding batch size.")]
-TuneQueries = Annotated[int, typer.Option(help="Corpus documents used as held-out tuning queries.")]
+BatchSize = Annotated[int, typer.Option(min=1, help="Embedding batch size.")]
+TuneQueries = Annotated[int, typer.Option(min=1, help="Corpus documents used as held-out tuning queries.")]
 IdField = Annotated[str, typer.Option(help="Field holding the document id.")]
 TextField = Annotated[str, typer.Option(help="Field holding the document text.")]
 

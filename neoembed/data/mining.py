@@ -188,7 +188,7 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _index(pool: np.ndarray):
     """An exact inner-product index (embeddings are normalised: cosine), on every GPU faiss sees, if any."""
-    import faiss
+    from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
 
     index = faiss.IndexFlatIP(pool.shape[1])
     if getattr(faiss, "get_num_gpus", lambda: 0)() > 0:

@@ -4,7 +4,7 @@
     build_index(["docs.jsonl"], "my-index", model="minilm")      # auto factory, tuned to recall@10 0.95
     hits = load_index("my-index").search("how do magnets work", k=10)
 
-faiss is imported through `neoembed.index._faiss`, which sets the BLAS core type first.
+faiss is imported through `neoembed.faiss_setup`, which sets the BLAS core type first.
 """
 
 from neoembed.index.build import add_documents, build_index, rebuild_index

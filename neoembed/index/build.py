@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
-from neoembed.index._faiss import faiss, set_threads
 from neoembed.index.corpus import Corpus, Document, read_corpus
 from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import choose_factory, faiss_metric

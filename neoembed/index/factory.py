@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 
-from neoembed.index._faiss import faiss
+from neoembed.faiss_setup import faiss
 
 FLAT_MAX = 50_000  # exact search over 50k x 384 floats still answers a query in about a millisecond
 HNSW_MAX = 1_000_000  # HNSW build time grows quickly beyond this on a few cores

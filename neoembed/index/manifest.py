@@ -19,7 +19,6 @@ from pathlib import Path
 from neoembed.index.errors import IndexingError
 
 FORMAT_VERSION = 1
-INDEX_FILE = "index.faiss"
 STORE_FILE = "docs.sqlite"
 VECTORS_FILE = "vectors.f32"
 MANIFEST_FILE = "manifest.json"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
-from neoembed.index._faiss import faiss, set_threads
 from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import set_search_params
 from neoembed.index.manifest import STORE_FILE, Manifest
@@ -83,13 +83,16 @@ class SearchIndex:
         return self.search_vectors(self.encode(queries), k)
 
     def search_vectors(self, vectors: np.ndarray, k: int = 10) -> list[list[Hit]]:
-        """Search with query vectors made by the index's model (normalised where the manifest says so)."""
-        vectors = np.ascontiguousarray(np.atleast_2d(vectors), dtype="float32")
+        """Search with query vectors made by the index's model; they are normalised here where the index
+        expects it (cosine), so raw model outputs give cosine scores."""
+        vectors = np.array(np.atleast_2d(vectors), dtype="float32", order="C")  # a copy: normalised in place
         if vectors.shape[1] != self.manifest.dimension:
             raise IndexMismatchError(
                 f"query vectors have dimension {vectors.shape[1]}, the index in {self.directory} has "
                 f"{self.manifest.dimension} ({self.manifest.model})"
             )
+        if self.manifest.normalized:
+            faiss.normalize_L2(vectors)
         if k < 1:
             raise IndexingError(f"k must be >= 1, got {k}")
         scores, ids = self.index.search(vectors, k)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from neoembed.index.corpus import Document
+from neoembed.index.errors import IndexingError
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS docs (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, metadata TEXT NOT NULL)"
 
@@ -32,10 +33,6 @@ class DocStore:
         self._lock = threading.Lock()
         if not readonly:
             self._conn.execute(_SCHEMA)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return self._conn.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
 
     def existing_ids(self, ids: Iterable[str]) -> list[str]:
         """The ids among `ids` that the store already holds."""
@@ -103,7 +100,13 @@ def vector_rows(path: Path, dim: int) -> int:
 
 def trim_vectors(path: Path, dim: int, rows: int | None = None) -> int:
     """Cut the vector file to its first `rows` rows (default: all whole rows, dropping a torn last write)."""
-    rows = vector_rows(path, dim) if rows is None else rows
+    whole = vector_rows(path, dim)
+    rows = whole if rows is None else rows
+    if rows > whole:
+        # os.truncate would pad with zeros: zero vectors stored silently for documents never embedded.
+        raise IndexingError(
+            f"{path} holds {whole} vectors, fewer than the {rows} the index needs; rebuild it"
+        )
     if path.exists():
         os.truncate(path, rows * 4 * dim)
     return rows

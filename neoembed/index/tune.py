@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from neoembed.index._faiss import faiss
+from neoembed.faiss_setup import faiss
 from neoembed.index.factory import faiss_metric, search_parameter, set_search_params
 
 K = 10

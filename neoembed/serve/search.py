@@ -29,7 +29,6 @@ class ServedIndex:
                 "its vectors are not comparable with this model's queries. Serve that model, or rebuild "
                 "the index with this one"
             )
-        self._normalize = manifest.normalized
         self.info = {
             "directory": str(directory),
             "documents": manifest.ntotal,
@@ -39,9 +38,7 @@ class ServedIndex:
         }
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[dict]]:
-        """Top-k hits per query vector (raw model output; normalised here where the index expects it)."""
-        if self._normalize:
-            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        """Top-k hits per query vector (raw model output; the index normalises where it expects to)."""
         return [[asdict(hit) for hit in hits] for hits in self._index.search_vectors(vectors, k)]
 
     def close(self) -> None:

@@ -3,7 +3,7 @@
 The faiss-cpu wheel bundles an OpenBLAS that falls back to generic kernels on CPUs it does not recognise,
 which makes exact (Flat) search about 5x slower. OpenBLAS reads OPENBLAS_CORETYPE once, when it is
 loaded, so it must be set before the first `import faiss` anywhere in the process. Every module of this
-package imports faiss from here.
+toolkit (index, data mining, benchmarks) imports faiss from here.
 """
 
 from __future__ import annotations
