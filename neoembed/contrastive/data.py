@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from datasets import Dataset
+from datasets.exceptions import DatasetGenerationError
 
 from neoembed.data.records import RecordsError, load_records
 
@@ -26,11 +28,13 @@ def load_training_sources(
     path: str | Path, sources: list[str] | None, max_negatives: int, max_rows: int | None = None
 ) -> dict[str, Dataset]:
     """{source: Dataset with query, positive, negative_1..k} from a finished `neoembed build-data` output."""
+    if Path(path).is_dir():  # a missing directory gets load_records' message
+        check_parts(Path(path), sources)
     try:
         records = load_records(path, sources)
     except RecordsError as err:
         raise ContrastiveDataError(str(err)) from err
-    except (pa.ArrowInvalid, OSError, ValueError) as err:  # a truncated or non-parquet part file
+    except (pa.ArrowInvalid, OSError, ValueError, DatasetGenerationError) as err:  # empty/broken parts
         raise ContrastiveDataError(f"{path}: cannot read the parquet shards: {err}") from err
     prepared = {}
     for name, table in records.items():
@@ -44,6 +48,21 @@ def load_training_sources(
             table = table.select(range(min(max_rows, len(table))))
         prepared[name] = to_columns(table.select_columns(list(REQUIRED_COLUMNS)), max_negatives, where)
     return prepared
+
+
+def check_parts(out: Path, sources: list[str] | None) -> None:
+    """Name the part file that is not parquet, and the source with no rows, before `datasets` reads them."""
+    directories = [out / name for name in sources] if sources else [p for p in out.iterdir() if p.is_dir()]
+    for directory in directories:
+        parts = sorted(directory.glob("part-*.parquet"))
+        rows = 0
+        for part in parts:
+            try:
+                rows += pq.read_metadata(part).num_rows
+            except (pa.ArrowInvalid, OSError) as err:
+                raise ContrastiveDataError(f"{part}: not a readable parquet file ({err})") from err
+        if parts and rows == 0:
+            raise ContrastiveDataError(f"{directory}: no rows")
 
 
 def to_columns(table: Dataset, max_negatives: int, where: str) -> Dataset:

@@ -76,7 +76,7 @@ class HomogeneousBatchSampler(MultiDatasetDefaultBatchSampler):
         deferred: list[int] = []
         tried = 0
         while len(group) < self.group_rows:
-            if tried > self.rows[source] + len(deferred):
+            if tried > 2 * self.rows[source]:  # every row was tried at least once (the queue may wrap)
                 raise SamplerError(
                     f"source {self.names[source]}: cannot fill a batch of {self.group_rows} rows whose texts "
                     f"are all distinct ({len(group)} found); lower train.batch_size or add rows"

@@ -156,7 +156,7 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
 
 
 def _card(settings, model, sources, summary, evals) -> dict:
-    pooling = next((m.get_pooling_mode_str() for m in model if hasattr(m, "get_pooling_mode_str")), "?")
+    pooling = next((str(m.pooling_mode) for m in model if hasattr(m, "pooling_mode")), "?")
     return {
         "name": Path(settings.export.path or "neobert-embed").name,
         "base_model": settings.model.base,

@@ -1,0 +1,262 @@
+"""InfoNCE loss (duplicates, GradCache), homogeneous sampler, records, base-model checks and recipes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from torch.utils.data import ConcatDataset
+
+from neoembed.contrastive.data import ContrastiveDataError, load_training_sources
+from neoembed.contrastive.loss import InfoNCELoss, token_keys
+from neoembed.contrastive.model import BaseModelError, build_model
+from neoembed.contrastive.sampler import HomogeneousBatchSampler, SamplerError
+from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.recipes import RecipeError, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_build(out: Path, sources: dict[str, dict]) -> Path:
+    """A finished `neoembed build-data` layout: <out>/<source>/part-00000.parquet plus stats.json."""
+    stats = {"sources": {}}
+    for name, columns in sources.items():
+        (out / name).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(columns), out / name / "part-00000.parquet")
+        stats["sources"][name] = {"rows_out": len(columns["query"])}
+    (out / "stats.json").write_text(json.dumps(stats))
+    return out
+
+
+def records(name: str, n: int, negatives_per_row=lambda i: i % 3) -> dict:
+    return {
+        "query": [f"{name} question number {i}" for i in range(n)],
+        "positive": [f"{name} answer text {i}" for i in range(n)],
+        "negatives": [
+            [f"{name} wrong answer {i} {j}" for j in range(negatives_per_row(i))] for i in range(n)
+        ],
+        "source": [name] * n,
+    }
+
+
+def tiny_encoder_dir(root: Path, minilm_path: Path, model_type: str = "bert") -> Path:
+    """A small random BERT (no dropout) with MiniLM's tokenizer, saved as a plain transformers directory."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    path = root / f"tiny-{model_type}"
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, minilm_path):
+    return build_model(str(tiny_encoder_dir(tmp_path_factory.mktemp("enc"), minilm_path)), "mean", 32)
+
+
+def features(model, columns: list[list[str]]) -> list[dict]:
+    return [model.tokenize(texts) for texts in columns]
+
+
+COLUMNS = [
+    [f"query {i} about topic {i * 7}" for i in range(8)],
+    [f"the answer to question {i} is {i * 3}" for i in range(8)],
+    [f"an unrelated sentence {i}" for i in range(8)],
+    [f"yet another distractor with {i} words" for i in range(8)],
+]
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_cached_loss_gives_the_uncached_loss_and_gradients(tiny_model, symmetric):
+    results = []
+    for mini_batch_size in (None, 3):
+        tiny_model.zero_grad()
+        loss = InfoNCELoss(tiny_model, symmetric=symmetric, mini_batch_size=mini_batch_size)
+        value = loss(features(tiny_model, COLUMNS))
+        value.backward()
+        results.append((value.item(), grads(tiny_model)))
+    (plain, plain_grads), (cached, cached_grads) = results
+    assert cached == pytest.approx(plain, rel=1e-5)
+    assert plain_grads.keys() == cached_grads.keys() and plain_grads
+    for name, grad in plain_grads.items():
+        assert torch.allclose(grad, cached_grads[name], atol=1e-6, rtol=1e-4), name
+
+
+def expected_infonce(model, queries, positives, candidates_per_row, temperature=0.07) -> float:
+    """-log softmax of each positive among that row's candidate texts, computed independently."""
+    with torch.no_grad():
+        losses = []
+        for query, positive, candidates in zip(queries, positives, candidates_per_row, strict=True):
+            q, docs = model.encode([query]), model.encode(candidates, convert_to_tensor=True)
+            q = torch.nn.functional.normalize(torch.as_tensor(q), dim=-1)
+            scores = q @ torch.nn.functional.normalize(docs, dim=-1).T / temperature
+            losses.append(-(scores[0, candidates.index(positive)] - torch.logsumexp(scores[0], dim=0)))
+        return float(torch.stack(losses).mean())
+
+
+def test_copies_of_a_positive_are_masked_and_each_text_counts_once(tiny_model):
+    """Row 0's hard negative is its own positive, and row 2's positive repeats row 1's hard negative."""
+    tiny_model.eval()
+    queries = ["what is a cat", "what is a dog", "what is a cow"]
+    positives = ["a small feline", "a loyal canine", "a small feline pet"]
+    negatives = ["a small feline", "a small feline pet", "grass eater"]
+    loss = InfoNCELoss(tiny_model)
+    with torch.no_grad():
+        value = loss(features(tiny_model, [queries, positives, negatives])).item()
+    distinct = list(dict.fromkeys(positives + negatives))  # every distinct text once
+    expected = expected_infonce(tiny_model, queries, positives, [distinct] * 3)
+    assert value == pytest.approx(expected, rel=1e-4)
+
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    unmasked = MultipleNegativesRankingLoss(tiny_model, scale=1 / 0.07)
+    with torch.no_grad():
+        library = unmasked(features(tiny_model, [queries, positives, negatives]), None).item()
+    assert library > value + 0.1  # the library loss counts the copies as wrong answers
+
+
+def test_token_keys_ignore_padding_and_separate_texts(tiny_model):
+    short = tiny_model.tokenize(["same text"])
+    padded = tiny_model.tokenize(["same text", "a much longer text that forces padding on the first row"])
+    assert token_keys(short)[0] == token_keys(padded)[0]
+    assert token_keys(padded)[0] != token_keys(padded)[1]
+
+
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def make_sampler(rows, *, alpha=0.5, world_size=1, grad_accum=1, batch_size=4, seed=0, texts=None):
+    dataset = ConcatDataset([_Rows(n) for n in rows])
+    batch_samplers = [torch.utils.data.BatchSampler(range(n), batch_size, drop_last=True) for n in rows]
+    texts = texts or (lambda source, row: (f"{source}-{row}",))
+    return HomogeneousBatchSampler(
+        dataset,
+        batch_samplers,
+        None,
+        seed,
+        alpha=alpha,
+        world_size=world_size,
+        grad_accum=grad_accum,
+        texts=texts,
+    )
+
+
+def source_of(index: int, rows) -> int:
+    return 0 if index < rows[0] else 1
+
+
+def test_sampler_one_source_per_optimisation_step_across_ranks_and_accumulation():
+    rows = [400, 100]
+    sampler = make_sampler(rows, world_size=2, grad_accum=2)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) and len(batches) % 4 == 0
+    for step in range(0, len(batches), 4):  # ranks x accumulation batches of one optimisation step
+        group = batches[step : step + 4]
+        assert len({source_of(i, rows) for batch in group for i in batch}) == 1
+        flat = [i for batch in group for i in batch]
+        assert len(flat) == len(set(flat)) == 16
+    assert batches == list(make_sampler(rows, world_size=2, grad_accum=2))  # same seed: same order everywhere
+    sampler.set_epoch(1)
+    assert list(sampler) != batches
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_sampler_draws_sources_proportional_to_rows_to_the_alpha(alpha):
+    rows = [3600, 400]
+    sampler = make_sampler(rows, alpha=alpha, batch_size=1)
+    counts = Counter(source_of(batch[0], rows) for batch in sampler)
+    expected = rows[1] ** alpha / (rows[0] ** alpha + rows[1] ** alpha)
+    assert counts[1] / sum(counts.values()) == pytest.approx(expected, abs=0.025)
+
+
+def test_sampler_keeps_duplicate_texts_out_of_a_batch():
+    texts = lambda source, row: (f"query {row % 5}", f"positive {row}")  # noqa: E731: five distinct queries
+    sampler = make_sampler([50], batch_size=5, texts=texts)
+    for batch in sampler:
+        assert len({row % 5 for row in batch}) == 5
+    with pytest.raises(SamplerError, match="distinct"):
+        list(make_sampler([50], batch_size=6, texts=texts))
+
+
+def test_records_become_fixed_negative_columns_padded_with_the_positive(tmp_path):
+    build = write_build(tmp_path / "build", {"a": records("a", 6), "b": records("b", 4, lambda i: 5)})
+    sources = load_training_sources(build, None, max_negatives=4)
+    assert set(sources) == {"a", "b"}
+    a, b = sources["a"], sources["b"]
+    assert a.column_names == ["query", "positive", "negative_1", "negative_2"]
+    assert a[0]["negative_1"] == a[0]["positive"]  # row 0 has no negatives
+    assert a[2]["negative_2"] == "a wrong answer 2 1"
+    assert b.column_names[-1] == "negative_4"  # capped at max_negatives
+
+
+def test_bad_records_name_their_cause(tmp_path):
+    empty = records("e", 0)
+    with pytest.raises(ContrastiveDataError, match="no rows"):
+        load_training_sources(write_build(tmp_path / "empty", {"e": empty}), None, 2)
+    no_positive = records("p", 3)
+    no_positive["positive"][1] = ""
+    with pytest.raises(ContrastiveDataError, match="row 1 has no positive"):
+        load_training_sources(write_build(tmp_path / "nopos", {"p": no_positive}), None, 2)
+    broken = write_build(tmp_path / "broken", {"x": records("x", 3)})
+    (broken / "x" / "part-00000.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ContrastiveDataError, match="parquet"):
+        load_training_sources(broken, None, 2)
+    with pytest.raises(ContrastiveDataError, match="stats.json"):
+        load_training_sources(tmp_path / "missing", None, 2)
+    missing_column = records("m", 3)
+    del missing_column["negatives"]
+    with pytest.raises(ContrastiveDataError, match="negatives"):
+        load_training_sources(write_build(tmp_path / "cols", {"m": missing_column}), None, 2)
+
+
+def test_base_models_that_are_not_usable_encoders_are_refused(tmp_path, minilm_path):
+    from transformers import GPT2Config, GPT2Model
+
+    GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2)).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(BaseModelError, match="encoder"):
+        build_model(str(tmp_path / "gpt2"), "mean", 32)
+    with pytest.raises(BaseModelError, match="max_length 4096"):
+        build_model(str(minilm_path), "mean", 4096)
+    with pytest.raises(BaseModelError, match="cannot be loaded"):
+        build_model(str(tmp_path / "nowhere"), "mean", 32)
+
+
+def test_plain_encoders_get_the_requested_pooling(tmp_path, minilm_path):
+    model = build_model(str(tiny_encoder_dir(tmp_path, minilm_path)), "cls", 16)
+    assert model[1].pooling_mode == "cls" and model.max_seq_length == 16
+
+
+def test_recipes_validate_and_unknown_fields_are_named(tmp_path):
+    for name in ("contrastive-cpu.yaml", "contrastive-neobert.yaml"):
+        settings = load_recipe(ROOT / "recipes" / name, ContrastiveSettings)
+        assert settings.loss.temperature == 0.07 and settings.model.pooling == "mean"
+    paper = load_recipe(ROOT / "recipes" / "contrastive-neobert.yaml", ContrastiveSettings)
+    assert paper.optim.betas == (0.9, 0.95) and paper.optim.warmup_steps == 2000
+    assert paper.model.max_length == 1024 and paper.train.max_steps == 2000
+    with pytest.raises(RecipeError, match="field loss.temprature: unknown field"):
+        load_recipe(ROOT / "recipes" / "contrastive-cpu.yaml", ContrastiveSettings, {"loss.temprature": 1})
