@@ -195,7 +195,9 @@ def test_sampler_draws_sources_proportional_to_rows_to_the_alpha(alpha):
 
 
 def test_sampler_keeps_duplicate_texts_out_of_a_batch():
-    texts = lambda source, row: (f"query {row % 5}", f"positive {row}")  # noqa: E731: five distinct queries
+    def texts(source, row):  # only five distinct queries
+        return (f"query {row % 5}", f"positive {row}")
+
     sampler = make_sampler([50], batch_size=5, texts=texts)
     for batch in sampler:
         assert len({row % 5 for row in batch}) == 5
