@@ -19,41 +19,32 @@ def main() -> None:
     app()
 
 
-# Verb registration: one line per module keeps the command list readable in one place.
-from neoembed.cli import bench, encode, info, quickstart  # noqa: E402
+# Verb registration, in the order of the pipeline; one module per verb.
+from neoembed.cli import (  # noqa: E402
+    bench,
+    build_data,
+    encode,
+    glue,
+    index,
+    info,
+    mteb_eval,
+    pretrain,
+    quickstart,
+    search,
+    serve,
+)
+
+# Verbs that take `--section.field value` recipe overrides beyond their declared options.
+RECIPE_OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 app.command()(info.info)
 app.command()(encode.encode)
-app.command()(quickstart.quickstart)
-app.add_typer(bench.app, name="bench")
-
-from neoembed.cli import index, search  # noqa: E402
-
+app.command(context_settings=RECIPE_OVERRIDES)(pretrain.pretrain)
+app.command("build-data")(build_data.build_data)
+app.command("mteb-eval")(mteb_eval.mteb_eval)
+app.command("glue", context_settings=RECIPE_OVERRIDES)(glue.glue)
 app.add_typer(index.app, name="index")
 app.command("search")(search.search)
-
-from neoembed.cli import mteb_eval  # noqa: E402
-
-app.command("mteb-eval")(mteb_eval.mteb_eval)
-
-from neoembed.cli import build_data  # noqa: E402
-
-app.command("build-data")(build_data.build_data)
-
-from neoembed.cli import serve  # noqa: E402
-
 app.command("serve")(serve.serve)
-
-from neoembed.cli import pretrain  # noqa: E402
-
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(pretrain.pretrain)
-
-from neoembed.cli import glue  # noqa: E402
-
-app.command("glue", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(glue.glue)
-
-from neoembed.cli import contrastive  # noqa: E402
-
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
-    contrastive.contrastive
-)
+app.command()(quickstart.quickstart)
+app.add_typer(bench.app, name="bench")
