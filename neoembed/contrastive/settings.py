@@ -54,6 +54,7 @@ class TrainSettings(StrictSettings):
     keep_checkpoints: int = Field(default=2, gt=0)
     deepspeed: str | None = None  # a DeepSpeed JSON config, e.g. recipes/deepspeed-zero2.json
     threads: int | None = Field(default=None, gt=0)
+    max_minutes: float | None = Field(default=None, gt=0.0)  # stop (and save) once training took this long
 
 
 class EvalSettings(StrictSettings):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import torch
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-from transformers import set_seed
+from transformers import TrainerCallback, set_seed
 
 from neoembed.contrastive.data import load_training_sources, row_texts
 from neoembed.contrastive.evaluation import build_evaluator, headline
@@ -29,6 +30,22 @@ from neoembed.recipes import dump_recipe
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the message names the last good checkpoint."""
+
+
+class TimeBudget(TrainerCallback):
+    """Stop after `minutes` of training (evaluation time excluded); the trainer then saves and exports."""
+
+    def __init__(self, minutes: float) -> None:
+        self.seconds, self.spent, self.started = minutes * 60, 0.0, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.spent += time.perf_counter() - self.started
+        if self.spent >= self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
 
 
 class ContrastiveTrainer(SentenceTransformerTrainer):
@@ -139,6 +156,7 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         loss=loss,
         evaluator=evaluator,
         settings=settings,
+        callbacks=[TimeBudget(train.max_minutes)] if train.max_minutes else None,
     )
     resume = last_complete_checkpoint(output_dir)
     before = headline(evaluator(model)) if evaluator is not None and resume is None else None
