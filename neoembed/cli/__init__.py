@@ -23,6 +23,7 @@ def main() -> None:
 from neoembed.cli import (  # noqa: E402
     bench,
     build_data,
+    contrastive,
     encode,
     glue,
     index,
@@ -41,6 +42,7 @@ app.command()(info.info)
 app.command()(encode.encode)
 app.command(context_settings=RECIPE_OVERRIDES)(pretrain.pretrain)
 app.command("build-data")(build_data.build_data)
+app.command(context_settings=RECIPE_OVERRIDES)(contrastive.contrastive)
 app.command("mteb-eval")(mteb_eval.mteb_eval)
 app.command("glue", context_settings=RECIPE_OVERRIDES)(glue.glue)
 app.add_typer(index.app, name="index")

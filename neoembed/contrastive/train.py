@@ -124,9 +124,6 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
     if train.threads:
         torch.set_num_threads(train.threads)
     output_dir = Path(train.output_dir)
-    check_resume_compatible(settings, output_dir)
-    dump_recipe(settings, output_dir / "recipe.yaml")
-
     sources = load_training_sources(
         settings.data.path, settings.data.sources, settings.data.max_negatives, settings.data.max_rows
     )
@@ -145,6 +142,9 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         mini_batch_size=settings.loss.mini_batch_size,
     )
     evaluator = build_evaluator(settings.eval)
+    # Recorded only once data and model loaded: a run that failed to start does not pin its recipe.
+    check_resume_compatible(settings, output_dir)
+    dump_recipe(settings, output_dir / "recipe.yaml")
     from datasets import DatasetDict
 
     trainer = ContrastiveTrainer(

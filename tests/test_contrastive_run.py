@@ -1,0 +1,158 @@
+"""End-to-end `neoembed contrastive` on tiny models: resume, export loading in fresh processes, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from test_contrastive import records, tiny_encoder_dir, write_build
+
+from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.contrastive.train import run_contrastive
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = ["a cat sat on the mat", "definition of a word", "neoembed exports sentence embedders"]
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    root = tmp_path_factory.mktemp("build")
+    return write_build(root / "out", {"alpha": records("alpha", 48), "beta": records("beta", 24)})
+
+
+def recipe(build: Path, base: Path, out: Path, **train) -> dict:
+    return {
+        "data": {"path": str(build), "max_negatives": 2},
+        "model": {"base": str(base), "max_length": 24},
+        "optim": {"warmup_steps": 1, "lr": 1e-3},
+        "train": {
+            "output_dir": str(out),
+            "max_steps": 4,
+            "batch_size": 4,
+            "log_steps": 1,
+            "save_steps": 2,
+            "threads": 1,
+            **train,
+        },
+        "eval": {"kind": "none"},
+    }
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(run / "neobert-embed" / "model.safetensors")
+
+
+def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(tmp_path, build, minilm_path):
+    base = tiny_encoder_dir(tmp_path, minilm_path)
+    straight = run_contrastive(ContrastiveSettings.model_validate(recipe(build, base, tmp_path / "a")))
+    assert straight["steps"] == 4
+    lines = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if "loss" in line] == [1, 2, 3, 4]
+
+    crashed = tmp_path / "b"
+    run_contrastive(ContrastiveSettings.model_validate(recipe(build, base, crashed)))
+    first = weights(crashed)
+    # A crash after step 2's checkpoint: step 4's checkpoint and the export never happened.
+    for lost in ("checkpoint-4", "neobert-embed"):
+        import shutil
+
+        shutil.rmtree(crashed / lost)
+    resumed = run_contrastive(ContrastiveSettings.model_validate(recipe(build, base, crashed)))
+    assert resumed["steps"] == 4 and resumed["eval_before"] is None
+    reference, again = weights(tmp_path / "a"), weights(crashed)
+    assert any(
+        not torch.equal(reference[k], load_file(base / "model.safetensors").get(k, reference[k]))
+        for k in reference
+    )  # training changed the weights
+    for name, value in reference.items():
+        assert torch.allclose(value, first[name], atol=1e-6), name
+        assert torch.allclose(value, again[name], atol=1e-6), name
+
+
+def test_a_different_recipe_does_not_resume_a_run(tmp_path, build, minilm_path):
+    from neoembed.recipes import RecipeError
+
+    base = tiny_encoder_dir(tmp_path, minilm_path)
+    settings = recipe(build, base, tmp_path / "run", max_steps=1)
+    run_contrastive(ContrastiveSettings.model_validate(settings))
+    settings["loss"] = {"temperature": 0.5}
+    with pytest.raises(RecipeError, match="loss.temperature"):
+        run_contrastive(ContrastiveSettings.model_validate(settings))
+
+
+HIDE_NEOEMBED = """
+import sys
+sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path = [p for p in sys.path if not p.rstrip("/").endswith(("/work/main", "{root}"))]
+try:
+    import neoembed
+    raise SystemExit("neoembed is importable")
+except ImportError:
+    pass
+"""
+
+LOAD = """
+import json, sys
+from sentence_transformers import SentenceTransformer
+model = SentenceTransformer(sys.argv[1], trust_remote_code={remote}, device="cpu")
+print(json.dumps(model.encode({texts}).tolist()))
+"""
+
+
+def encode_in_fresh_process(path: Path, remote: bool) -> torch.Tensor:
+    code = LOAD.format(remote=remote, texts=TEXTS)
+    if remote:
+        code = HIDE_NEOEMBED.format(root=ROOT) + code
+        command = [sys.executable, "-I", "-c", code, str(path)]  # -I: no cwd, no PYTHONPATH
+    else:
+        command = [sys.executable, "-c", "import neoembed\n" + code, str(path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=path.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.tensor(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_neobert_export_loads_with_neoembed_and_with_remote_code_without_it(tmp_path, build):
+    from neoembed.pretrain import NeoBERTModel, tiny_config
+    from neoembed.pretrain.tokenizer import load_tokenizer
+
+    base = tmp_path / "neobert"
+    NeoBERTModel(tiny_config()).save_pretrained(base)
+    load_tokenizer(max_length=128).save_pretrained(base)
+    summary = run_contrastive(
+        ContrastiveSettings.model_validate(recipe(build, base, tmp_path / "run", max_steps=2))
+    )
+    export = Path(summary["export"])
+    config = json.loads((export / "config.json").read_text())
+    assert config["auto_map"]["AutoModel"] == "modeling.NeoBERTModel"
+    card = (export / "README.md").read_text()
+    assert "**2 steps**" in card and str(base) in card and "alpha: 48 rows" in card
+
+    from sentence_transformers import SentenceTransformer
+
+    expected = torch.as_tensor(SentenceTransformer(str(export), device="cpu").encode(TEXTS))
+    assert torch.allclose(encode_in_fresh_process(export, remote=False), expected, atol=1e-5)
+    assert torch.allclose(encode_in_fresh_process(export, remote=True), expected, atol=1e-5)
+
+
+def test_cli_reports_bad_input_without_a_traceback(tmp_path, build):
+    from transformers import GPT2Config, GPT2Model
+    from typer.testing import CliRunner
+
+    from neoembed.cli import app
+
+    GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2)).save_pretrained(tmp_path / "gpt2")
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe(build, tmp_path / "gpt2", tmp_path / "run")))
+    result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path), "--steps", "1"])
+    assert result.exit_code == 1 and "gpt2" in result.output and "encoder" in result.output
+    missing = ["contrastive", "--recipe", str(path), "--data.path", str(tmp_path / "nothing")]
+    result = CliRunner().invoke(app, missing)
+    assert result.exit_code == 1 and "stats.json" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path), "--train.batch_size", "many"])
+    assert result.exit_code == 1 and "field train.batch_size" in result.output
