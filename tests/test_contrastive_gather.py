@@ -1,0 +1,85 @@
+"""2 gloo processes x batch b give the loss and gradients of 1 process x batch 2b (gathered, with and without
+GradCache, with a copy of a positive on the other rank). Run under torchrun, this file is also the worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = 8
+COLUMNS = [
+    [f"query {i} about topic {i * 7}" for i in range(ROWS)],
+    [f"the answer to question {i} is {i * 3}" for i in range(ROWS)],
+    [f"an unrelated sentence {i}" for i in range(ROWS)],
+]
+COLUMNS[2][5] = COLUMNS[1][0]  # rank 1 holds a copy of rank 0's first positive as a hard negative
+VARIANTS = {"plain": None, "cached": 3}
+
+
+def loss_and_grads(model, columns, mini_batch_size) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    from neoembed.contrastive.loss import InfoNCELoss
+
+    model.zero_grad()
+    loss = InfoNCELoss(model, symmetric=True, mini_batch_size=mini_batch_size)
+    value = loss([model.tokenize(texts) for texts in columns])
+    value.backward()
+    return value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def worker(base: str, out: str) -> None:
+    import torch.distributed as dist
+
+    from neoembed.contrastive.model import build_model
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = build_model(base, "mean", 32)
+    share = ROWS // world
+    local = [column[rank * share : (rank + 1) * share] for column in COLUMNS]
+    results = {}
+    for name, mini_batch_size in VARIANTS.items():
+        value, grads = loss_and_grads(model, local, mini_batch_size)
+        for tensor in (value, *grads.values()):  # what DDP does: average over ranks
+            dist.all_reduce(tensor)
+            tensor /= world
+        results[name] = {"loss": value, **{f"grad.{k}": v for k, v in grads.items()}}
+    if rank == 0:
+        from safetensors.torch import save_file
+
+        save_file({f"{v}/{k}": t.reshape(-1) for v, r in results.items() for k, t in r.items()}, out)
+    dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_give_the_loss_and_gradients_of_one_process_with_twice_the_batch(
+    tmp_path, minilm_path
+):
+    from safetensors.torch import load_file
+    from test_contrastive import tiny_encoder_dir
+
+    from neoembed.contrastive.model import build_model
+
+    base = tiny_encoder_dir(tmp_path, minilm_path)
+    out = tmp_path / "ranks.safetensors"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += [__file__, str(base), str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = load_file(out)
+
+    model = build_model(str(base), "mean", 32)
+    for name, mini_batch_size in VARIANTS.items():
+        value, grads = loss_and_grads(model, COLUMNS, mini_batch_size)
+        assert torch.allclose(ranks[f"{name}/loss"], value.reshape(-1), atol=1e-5), name
+        for key, grad in grads.items():
+            assert torch.allclose(ranks[f"{name}/grad.{key}"], grad.reshape(-1), atol=1e-6, rtol=1e-4), key
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], sys.argv[2])
