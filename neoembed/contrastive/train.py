@@ -160,6 +160,9 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
     )
     resume = last_complete_checkpoint(output_dir)
     before = headline(evaluator(model)) if evaluator is not None and resume is None else None
+    if before and trainer.is_world_process_zero():
+        with trainer.metrics_path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps({"step": 0, **{f"eval_{k}": v for k, v in before.items()}}) + "\n")
     trainer.train(resume_from_checkpoint=resume)
     after = headline(evaluator(model)) if evaluator is not None else {}
     summary = {"steps": trainer.state.global_step, "eval_before": before, "eval_after": after}
