@@ -71,12 +71,22 @@ class WordNetExampleDefinitionRetrieval(AbsTaskRetrieval):
         self.data_loaded = True
 
 
-def wordnet_build(out: Path, rows: int) -> Path:
-    """The embedded WordNet pairs with mined hard negatives (the builder resumes and reuses a finished build)."""
+def wordnet_build(out: Path, rows: int, pairs: list[str], mine: bool) -> Path:
+    """The embedded WordNet training pairs of the given kinds (the builder resumes and reuses a finished build).
+
+    The default is the example -> gloss pairs without mined negatives: the kind the target task scores, and the
+    cheapest per step, so a CPU budget buys the most steps."""
+    import yaml
+
     from neoembed.data.build import BuildConfig, build
 
     if not (out / "stats.json").exists():
-        build(BuildConfig(manifests=ROOT / "data_manifests", out=out, sources=("wordnet",), max_rows=rows))
+        manifests = out.parent / "manifests"
+        manifests.mkdir(parents=True, exist_ok=True)
+        manifest = yaml.safe_load((ROOT / "data_manifests" / "wordnet.yaml").read_text())
+        manifest.setdefault("options", {})["wordnet_pairs"] = pairs
+        (manifests / "wordnet.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+        build(BuildConfig(manifests=manifests, out=out, sources=("wordnet",), max_rows=rows, mine=mine))
     return out
 
 
@@ -105,6 +115,8 @@ def fine_tune(base: str, data: Path, out: Path, minutes: float, overrides: dict)
 def run(
     data: Path | None,
     rows: int,
+    pairs: list[str],
+    mine: bool,
     minutes: float,
     overrides: dict,
     threads: int,
@@ -118,7 +130,7 @@ def run(
 
     torch.set_num_threads(threads)
     overrides = {"train.threads": threads, **overrides}
-    data = data or wordnet_build(out_dir / "data", rows)
+    data = data or wordnet_build(out_dir / "data", rows, pairs, mine)
     bases = {"minilm": "minilm", **({"neobert": neobert} if neobert else {})}
     runs = {}
     for label, base in bases.items():

@@ -178,11 +178,14 @@ def pretrain(
 @app.command("contrastive")
 def contrastive(
     data: Path | None = typer.Option(None, help="A WordNet build-data output (default: built under --out)."),
-    rows: int = typer.Option(20000, min=100, help="WordNet rows to build when --data is not given."),
+    rows: int = typer.Option(50000, min=100, help="WordNet rows to build when --data is not given."),
+    pairs: str = typer.Option("example_gloss", help="WordNet pair kinds to build (example_gloss, ...)."),
+    mine: bool = typer.Option(False, help="Mine hard negatives when building (slower steps)."),
     minutes: float = typer.Option(10.0, min=0.1, help="CPU training budget per model (minutes)."),
     steps: int = typer.Option(400, min=1, help="Step cap (the schedule's length); the budget stops earlier."),
     batch_size: int = typer.Option(32, min=2, help="Rows per step."),
-    negatives: int = typer.Option(1, min=0, help="Hard-negative columns per row."),
+    negatives: int = typer.Option(1, min=0, help="Hard-negative columns per row (when the data has them)."),
+    lr: float = typer.Option(1e-4, help="Peak learning rate."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads (1 on a shared machine)."),
     neobert: str | None = typer.Option(None, help="A small pretrained NeoBERT directory to run as well."),
     fresh: bool = typer.Option(False, help="Retrain instead of reusing finished runs under --out."),
@@ -191,6 +194,13 @@ def contrastive(
     """MiniLM fine-tuned on WordNet pairs for a CPU budget: held-out nDCG@10 before/after, next to BM25."""
     from neoembed.bench import contrastive as bench_contrastive
 
-    overrides = {"train.max_steps": steps, "train.batch_size": batch_size, "data.max_negatives": negatives}
-    result = bench_contrastive.run(data, rows, minutes, overrides, threads, neobert, out, fresh)
+    overrides = {
+        "train.max_steps": steps,
+        "train.batch_size": batch_size,
+        "data.max_negatives": negatives,
+        "optim.lr": lr,
+    }
+    result = bench_contrastive.run(
+        data, rows, _csv(pairs), mine, minutes, overrides, threads, neobert, out, fresh
+    )
     _echo_report(result)

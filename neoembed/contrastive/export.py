@@ -68,8 +68,8 @@ base_model: {card["base_model"]}
 
 A sentence embedder fine-tuned by `neoembed contrastive` from **{card["base_model"]}** with InfoNCE (cosine
 similarity / temperature {card["temperature"]}, in-batch and hard negatives, one source per step) for
-**{card["steps"]} steps**. Embeddings are {card["dimension"]}-dimensional, {card["pooling"]}-pooled and
-L2-normalised; inputs are truncated at {card["max_length"]} tokens.
+**{card["steps"]} steps**. Embeddings are {card["dimension"]}-dimensional, {card["pooling"]}-pooled{" and L2-normalised" if card["normalized"] else ""};
+inputs are truncated at {card["max_length"]} tokens.
 
 ```python
 from sentence_transformers import SentenceTransformer

@@ -24,6 +24,7 @@ from neoembed.contrastive.loss import InfoNCELoss
 from neoembed.contrastive.model import build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.embedder import MINILM_ALIASES
 from neoembed.pretrain.trainer import check_resume_compatible, last_complete_checkpoint
 from neoembed.recipes import dump_recipe
 
@@ -180,7 +181,8 @@ def _card(settings, model, sources, summary, evals) -> dict:
     pooling = next((str(m.pooling_mode) for m in model if hasattr(m, "pooling_mode")), "?")
     return {
         "name": Path(settings.export.path or "neobert-embed").name,
-        "base_model": settings.model.base,
+        "base_model": MINILM_ALIASES[-1] if settings.model.base in MINILM_ALIASES else settings.model.base,
+        "normalized": any(type(m).__name__ == "Normalize" for m in model),
         "temperature": settings.loss.temperature,
         "steps": summary["steps"],
         "dimension": model.get_embedding_dimension(),
