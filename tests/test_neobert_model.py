@@ -59,6 +59,24 @@ def test_unpadded_path_equals_padded_path():
     assert (b.last_hidden_state[~real] == 0).all(), "unpadded path leaves padding positions at zero"
 
 
+def test_grouped_short_sequences_equal_padded_attention():
+    """Short sequences of similar length share one masked SDPA call; each still sees only itself."""
+    from neoembed.pretrain.attention import GROUP_UP_TO, _length_groups
+
+    lengths = [20, 19, 18, 17, 40, 3, 3, GROUP_UP_TO + 50, GROUP_UP_TO + 40]
+    groups = _length_groups(lengths)
+    assert any(len(g) > 1 for g in groups), "some sequences are grouped"
+    assert groups[:2] == [[7], [8]], "sequences longer than GROUP_UP_TO run alone"
+    padded = make_model(attn_backend="sdpa")
+    unpadded = with_backend(padded, "unpadded")
+    ids, mask = ragged_batch(lengths)
+    with torch.no_grad():
+        a = padded(ids, attention_mask=mask).last_hidden_state
+        b = unpadded(ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    assert (a[real] - b[real]).abs().max() <= TOL
+
+
 def test_packed_batch_equals_documents_run_separately():
     model = make_model()
     docs = [torch.randint(1000, 30000, (n,)) for n in (4, 11, 6)]
