@@ -17,8 +17,9 @@ def contrastive(
     from neoembed.contrastive.model import BaseModelError
     from neoembed.contrastive.sampler import SamplerError
     from neoembed.contrastive.settings import ContrastiveSettings
-    from neoembed.contrastive.train import TrainingDiverged, run_contrastive
+    from neoembed.contrastive.train import run_contrastive
     from neoembed.recipes import RecipeError, load_recipe, parse_overrides
+    from neoembed.training import TrainingDiverged
 
     try:
         overrides = parse_overrides(ctx.args)

@@ -13,8 +13,9 @@ def pretrain(
     recipe (e.g. --train.max_steps 50 --data.mode padded). Re-running resumes from the newest checkpoint."""
     from neoembed.pretrain.corpus import CorpusError
     from neoembed.pretrain.settings import PretrainSettings
-    from neoembed.pretrain.trainer import TrainingDiverged, run_pretraining
+    from neoembed.pretrain.trainer import run_pretraining
     from neoembed.recipes import RecipeError, load_recipe, parse_overrides
+    from neoembed.training import TrainingDiverged
 
     try:
         settings = load_recipe(recipe, PretrainSettings, parse_overrides(ctx.args))

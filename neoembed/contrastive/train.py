@@ -9,7 +9,6 @@ global batches, a JSONL metrics file, and the export.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -25,12 +24,8 @@ from neoembed.contrastive.model import build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.embedder import MINILM_ALIASES
-from neoembed.pretrain.trainer import check_resume_compatible, last_complete_checkpoint
 from neoembed.recipes import dump_recipe
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the message names the last good checkpoint."""
+from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
 
 
 class TimeBudget(TrainerCallback):
@@ -49,7 +44,7 @@ class TimeBudget(TrainerCallback):
             control.should_save = True
 
 
-class ContrastiveTrainer(SentenceTransformerTrainer):
+class ContrastiveTrainer(GuardedLogging, SentenceTransformerTrainer):
     """The sentence-transformers trainer with homogeneous batches and a metrics JSONL file."""
 
     def __init__(self, *args, settings: ContrastiveSettings, **kwargs) -> None:
@@ -70,19 +65,6 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
             texts=lambda source, row: texts[source](row),
             names=list(self.train_dataset.keys()),
         )
-
-    def log(self, logs: dict, *args, **kwargs) -> None:
-        loss = logs.get("loss")
-        if loss is not None and not math.isfinite(loss):
-            last = last_complete_checkpoint(Path(self.args.output_dir))
-            raise TrainingDiverged(
-                f"the training loss became {loss} at step {self.state.global_step}; last good checkpoint: "
-                f"{last or 'none yet'}. Lower optim.lr or raise optim.warmup_steps."
-            )
-        super().log(logs, *args, **kwargs)
-        if self.is_world_process_zero():
-            with self.metrics_path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps({"step": self.state.global_step, **logs}) + "\n")
 
 
 def training_arguments(settings: ContrastiveSettings, evaluate: bool) -> SentenceTransformerTrainingArguments:

@@ -9,10 +9,7 @@ a clear message when the loss stops being finite.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import shutil
 import time
 from functools import partial
 from pathlib import Path
@@ -28,18 +25,14 @@ from neoembed.pretrain.schedule import lr_multiplier
 from neoembed.pretrain.settings import PretrainSettings
 from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.recipes import RecipeError, dump_recipe
+from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
 
 # Dense bf16 peak of GPUs we know, for MFU when the recipe gives no peak_tflops.
 # Checked in order, so the PCIe H100 (756) is matched before the SXM one.
 KNOWN_PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
 # Settings that may change between a run and its resume without changing what is trained.
-RESUMABLE_CHANGES = {"log_steps", "eval_steps", "save_steps", "keep_checkpoints", "num_workers", "threads"}
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the message says where the last good checkpoint is."""
-
-
 def training_flops_per_token(config: NeoBERTConfig, context: float, decoder_fraction: float = 1.0) -> float:
     """Forward plus backward FLOPs per token: 6 x the matmul parameters a token goes through, plus
     attention's 12 x layers x hidden x context (`RowPlan.attention_context`). With sparse prediction only
@@ -61,7 +54,7 @@ def peak_flops(settings: PretrainSettings) -> float | None:
     return None
 
 
-class PretrainTrainer(Trainer):
+class PretrainTrainer(GuardedLogging, Trainer):
     """Trainer plus the paper's schedule, token throughput / MFU in every log, JSONL metrics, NaN stop."""
 
     def __init__(
@@ -70,7 +63,6 @@ class PretrainTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.settings = settings
         self.flops_per_token, self.peak = flops_per_token, peak
-        self.metrics_path = Path(self.args.output_dir) / "metrics.jsonl"
         self._tokens = 0
         self._window: tuple[float, int] | None = None  # (time, tokens) at the last log; set at the first step
 
@@ -94,13 +86,6 @@ class PretrainTrainer(Trainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
     def log(self, logs: dict, *args, **kwargs) -> None:
-        loss = logs.get("loss")
-        if loss is not None and not math.isfinite(loss):
-            last = last_complete_checkpoint(Path(self.args.output_dir))
-            raise TrainingDiverged(
-                f"the training loss became {loss} at step {self.state.global_step}; nothing was saved after "
-                f"it. Last good checkpoint: {last or 'none yet'}. Lower optim.lr or raise optim.warmup_steps."
-            )
         if "loss" in logs and self._window is not None:
             now, world = time.perf_counter(), self.args.world_size
             start, tokens_then = self._window
@@ -110,9 +95,6 @@ class PretrainTrainer(Trainer):
             if self.peak:
                 logs["mfu"] = round(tokens_per_second * self.flops_per_token / (self.peak * world), 4)
         super().log(logs, *args, **kwargs)
-        if self.is_world_process_zero():
-            with self.metrics_path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps({"step": self.state.global_step, **logs}) + "\n")
 
 
 def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
@@ -136,53 +118,6 @@ def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
             f"data.max_length {settings.data.max_length} exceeds model max_length {model.config.max_length}"
         )
     return model
-
-
-def check_resume_compatible(settings: PretrainSettings, output_dir: Path) -> None:
-    """A run may only resume with the same recipe (apart from logging/saving cadence)."""
-    recorded = output_dir / "recipe.json"
-    current = settings.model_dump(mode="json")
-    if recorded.exists():
-        previous = json.loads(recorded.read_text())
-        differences = [
-            f"{section}.{field}"
-            for section, values in current.items()
-            for field, value in values.items()
-            if not (section == "train" and field in RESUMABLE_CHANGES)
-            and previous.get(section, {}).get(field) != value
-        ]
-        if differences:
-            raise RecipeError(
-                f"{output_dir} holds a run with a different recipe (fields {', '.join(differences)}); "
-                "use another train.output_dir or the same recipe"
-            )
-    else:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        recorded.write_text(json.dumps(current, indent=2))
-
-
-def last_complete_checkpoint(output_dir: Path) -> str | None:
-    """The newest checkpoint the Trainer finished writing, removing any a kill left half-written.
-
-    The Trainer writes trainer_state.json last, so a checkpoint whose state file parses is complete;
-    transformers' own `get_last_checkpoint` would pick a half-written newer folder and fail to resume.
-    """
-    if not output_dir.exists():
-        return None
-    checkpoints = sorted(
-        (p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-        key=lambda p: int(p.name.split("-")[-1]),
-        reverse=True,
-    )
-    for checkpoint in checkpoints:
-        try:
-            json.loads((checkpoint / "trainer_state.json").read_text())
-        except (OSError, ValueError):
-            print(f"removing incomplete checkpoint {checkpoint} (the run was stopped while writing it)")
-            shutil.rmtree(checkpoint)
-            continue
-        return str(checkpoint)
-    return None
 
 
 def run_pretraining(settings: PretrainSettings) -> Path:
