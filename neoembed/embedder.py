@@ -64,9 +64,14 @@ def load_embedder(
 
 
 def position_limit(model) -> int | None:
-    """The longest input the model's position embeddings allow, where its transformers config says."""
-    auto_model = getattr(model[0], "auto_model", None)
-    return getattr(getattr(auto_model, "config", None), "max_position_embeddings", None)
+    """The longest input the model's position embeddings allow, where its transformers config says
+    (`max_position_embeddings`, or the older `max_length` / `n_positions` names)."""
+    config = getattr(getattr(model[0], "auto_model", None), "config", None)
+    for field in ("max_position_embeddings", "max_length", "n_positions"):
+        value = getattr(config, field, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def model_fingerprint(model) -> str:

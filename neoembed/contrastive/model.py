@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoembed.embedder import EmbedderError, load_embedder, resolve_model_name
+from neoembed.embedder import EmbedderError, load_embedder, position_limit, resolve_model_name
 
 
 class BaseModelError(ValueError):
@@ -38,14 +38,6 @@ def check_encoder(config, name: str) -> None:
         )
 
 
-def model_max_length(config) -> int | None:
-    for field in ("max_position_embeddings", "max_length", "n_positions"):
-        value = getattr(config, field, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def build_model(base: str, pooling: str, max_length: int, trust_remote_code: bool = False):
     """A SentenceTransformer for `base` with sequences truncated at `max_length`."""
     from sentence_transformers import SentenceTransformer
@@ -71,7 +63,7 @@ def build_model(base: str, pooling: str, max_length: int, trust_remote_code: boo
         raise BaseModelError(f"model.base {base!r} cannot be loaded: {err}") from err
     config = model[0].auto_model.config
     check_encoder(config, base)
-    limit = model_max_length(config)
+    limit = position_limit(model)
     if limit is not None and max_length > limit:
         raise BaseModelError(
             f"model.max_length {max_length} exceeds what {base!r} supports ({limit} positions); lower it"

@@ -25,6 +25,7 @@ from neoembed.embedder import (
     EmbedderError,
     load_embedder,
     packaged_minilm_path,
+    position_limit,
     resolve_model_name,
 )
 
@@ -177,25 +178,12 @@ def resolve_model(name: str, settings: EvalSettings) -> ModelSpec:
     return ModelSpec(name, kind, name, _model_meta(name, revision, settings))
 
 
-def _st_modules():
-    try:  # sentence-transformers >= 6
-        from sentence_transformers.sentence_transformer import modules
-    except ImportError:  # sentence-transformers 5
-        from sentence_transformers import models as modules
-    return modules
-
-
-def _position_limit(model) -> int | None:
-    config = getattr(getattr(model[0], "auto_model", None), "config", None)
-    return getattr(config, "max_position_embeddings", None)
-
-
 def apply_protocol(model, settings: EvalSettings):
     """Rebuild a SentenceTransformer with the protocol's pooling, normalisation, max length and dtype."""
     import torch
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import modules as st
 
-    st = _st_modules()
     modules = []
     for module in model:
         if isinstance(module, st.Normalize):
@@ -206,7 +194,7 @@ def apply_protocol(model, settings: EvalSettings):
     if settings.normalize:
         modules.append(st.Normalize())
     rebuilt = SentenceTransformer(modules=modules, device=str(model.device))
-    limit = _position_limit(rebuilt)
+    limit = position_limit(rebuilt)
     rebuilt.max_seq_length = min(settings.max_length, limit) if limit else settings.max_length
     rebuilt.prompts = {}  # the protocol's prompts only: none unless given
     rebuilt.default_prompt_name = None
@@ -222,8 +210,8 @@ def load_sentence_transformer(spec: ModelSpec, settings: EvalSettings, device: s
             raise ModelLoadError(str(err)) from err
         return apply_protocol(model, settings)
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import modules as st
 
-    st = _st_modules()
     try:
         transformer = st.Transformer(spec.source, max_seq_length=settings.max_length)
     except (OSError, ValueError, KeyError) as err:
