@@ -156,3 +156,49 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, build):
     assert result.exit_code == 1 and "stats.json" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path), "--train.batch_size", "many"])
     assert result.exit_code == 1 and "field train.batch_size" in result.output
+
+
+def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(tmp_path, build, minilm_path):
+    from sentence_transformers import SentenceTransformer
+
+    from neoembed.contrastive.train import build_trainer
+    from neoembed.recipes import RecipeError
+
+    base = tiny_encoder_dir(tmp_path, minilm_path)
+    settings = recipe(build, base, tmp_path / "run", max_steps=1)
+    settings["eval"] = {"kind": "records", "path": str(build), "source": "beta", "queries": 8, "corpus": 16}
+    settings["data"]["prompts"] = {"gamma": {"query": "x"}}
+    with pytest.raises(RecipeError, match="gamma"):
+        run_contrastive(ContrastiveSettings.model_validate(settings))
+    settings["data"]["prompts"] = {
+        "default": {"query": "query: ", "document": "passage: "},
+        "beta": {"query": "beta asks: "},  # its documents keep the default's prompt
+    }
+    summary = run_contrastive(ContrastiveSettings.model_validate(settings))
+    export = Path(summary["export"])
+    config = json.loads((export / "config_sentence_transformers.json").read_text())
+    assert config["prompts"] == {
+        "query": "query: ",
+        "document": "passage: ",
+        "beta_query": "beta asks: ",
+        "beta_document": "passage: ",
+    }
+    assert "beta_query" in (export / "README.md").read_text()
+
+    trainer = build_trainer(ContrastiveSettings.model_validate(settings))  # same recipe: allowed
+    assert (trainer.evaluator.query_prompt, trainer.evaluator.corpus_prompt) == ("beta asks: ", "passage: ")
+    exported = SentenceTransformer(str(export), device="cpu")
+    for source, query_name in (("alpha", "query"), ("beta", "beta_query")):
+        rows = [trainer.train_dataset[source][i] for i in range(3)]
+        features, _ = trainer.collect_features(trainer.data_collator(rows))
+        prompted = trainer.model.tokenize([config["prompts"][query_name] + r["query"] for r in rows])
+        assert torch.equal(features[0]["input_ids"], prompted["input_ids"])  # training saw the prompt
+        negatives = trainer.model.tokenize(["passage: " + r["negative_1"] for r in rows])
+        assert torch.equal(features[2]["input_ids"], negatives["input_ids"])
+        with torch.no_grad():  # the export's embedding of the tokens training fed the loss ...
+            trained = exported(features[0])["sentence_embedding"]
+        # ... is what encode(prompt_name=...) gives for the raw query
+        encoded = exported.encode([r["query"] for r in rows], prompt_name=query_name, convert_to_tensor=True)
+        assert torch.allclose(trained, encoded, atol=1e-5)
+        plain = exported.encode([r["query"] for r in rows], convert_to_tensor=True)
+        assert not torch.allclose(trained, plain, atol=1e-3)  # the prompt changes the embedding

@@ -45,7 +45,15 @@ def records_retrieval(path: str, source: str, n_queries: int, n_corpus: int) -> 
     return queries, {i: t for t, i in ids.items()}, relevant
 
 
-def build_evaluator(settings: EvalSettings) -> InformationRetrievalEvaluator | None:
+def evaluated_source(settings: EvalSettings) -> str:
+    """The source whose prompts the held-out texts get (the WordNet build's source is `wordnet`)."""
+    return settings.source if settings.kind == "records" else "wordnet"
+
+
+def build_evaluator(
+    settings: EvalSettings, prompts: tuple[str, str] = ("", "")
+) -> InformationRetrievalEvaluator | None:
+    """The held-out set, its queries and documents prefixed with `prompts` (query, document) as in training."""
     if settings.kind == "none":
         return None
     if settings.kind == "wordnet":
@@ -66,6 +74,8 @@ def build_evaluator(settings: EvalSettings) -> InformationRetrievalEvaluator | N
         map_at_k=[100],
         batch_size=settings.batch_size,
         show_progress_bar=False,
+        query_prompt=prompts[0] or None,
+        corpus_prompt=prompts[1] or None,
     )
 
 

@@ -22,13 +22,17 @@ NEOBERT_AUTO_MAP = {
 }
 
 
-def export_model(model, path: Path, card: dict) -> Path:
-    """Save `model` to `path` (safetensors), add remote code for NeoBERT, and write README.md from `card`."""
+def export_model(model, path: Path, card: dict, prompts: dict[str, str] | None = None) -> Path:
+    """Save `model` to `path` (safetensors), add remote code for NeoBERT, and write README.md from `card`.
+
+    `prompts` (name -> prefix) go to config_sentence_transformers.json, so `encode(..., prompt_name=name)`
+    prepends what training prepended."""
     path = Path(path)
+    model.prompts.update(prompts or {})
     model.save(str(path), safe_serialization=True)
     if model[0].auto_model.config.model_type == "neobert":
         add_remote_code(path)
-    (path / "README.md").write_text(model_card(card), encoding="utf-8")
+    (path / "README.md").write_text(model_card(card, model.prompts), encoding="utf-8")
     return path
 
 
@@ -44,7 +48,7 @@ def add_remote_code(path: Path) -> None:
     config_file.write_text(json.dumps(config, indent=2) + "\n")
 
 
-def model_card(card: dict) -> str:
+def model_card(card: dict, prompts: dict[str, str]) -> str:
     """A README.md: what the model is, what it was trained on and how, and how it scored."""
     evals = card.get("eval", {})
     rows = "\n".join(
@@ -57,6 +61,13 @@ def model_card(card: dict) -> str:
         "| model | " + " | ".join(card["metric_names"]) + " |\n|---|" + "---|" * len(card["metric_names"])
     )
     sources = "\n".join(f"- {name}: {n} rows" for name, n in card["sources"].items())
+    prompt_rows = "\n".join(f"| `{name}` | `{text!r}` |" for name, text in prompts.items() if text)
+    usage = (
+        'Prepend the training prompts by name, e.g. `model.encode(queries, prompt_name="query")`:\n\n'
+        f"| prompt_name | prefix |\n|---|---|\n{prompt_rows}\n"
+        if prompt_rows
+        else "Trained without instruction prompts: encode texts as they are.\n"
+    )
     return f"""---
 library_name: sentence-transformers
 pipeline_tag: sentence-similarity
@@ -77,6 +88,7 @@ import neoembed  # registers NeoBERT; without neoembed installed pass trust_remo
 model = SentenceTransformer("{card["name"]}")
 ```
 
+{usage}
 ## Training data
 Data: `{card["data_path"]}`
 {sources}

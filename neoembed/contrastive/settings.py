@@ -9,12 +9,20 @@ from pydantic import Field, model_validator
 from neoembed.recipes import StrictSettings
 
 
+class PromptSettings(StrictSettings):
+    """Instruction prompts prepended to a source's texts, in training and evaluation alike."""
+
+    query: str | None = None  # None: the `default` entry's (and no prompt without one)
+    document: str | None = None  # for the positive and the hard negatives
+
+
 class DataSettings(StrictSettings):
     path: str  # a finished `neoembed build-data` output directory
     sources: list[str] | None = None  # None: every source of the build
     alpha: float = Field(default=0.5, ge=0.0)  # source sampled with probability ~ rows^alpha
     max_negatives: int = Field(default=8, ge=0)  # hard-negative columns per row
     max_rows: int | None = Field(default=None, gt=0)  # rows read per source (quick runs)
+    prompts: dict[str, PromptSettings] = Field(default_factory=dict)  # source name or `default` -> prompts
 
 
 class ModelSettings(StrictSettings):

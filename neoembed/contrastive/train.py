@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 import torch
+from datasets import DatasetDict
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from transformers import TrainerCallback, set_seed
 
+from neoembed.contrastive import prompts
 from neoembed.contrastive.data import load_training_sources, row_texts
-from neoembed.contrastive.evaluation import build_evaluator, headline
+from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
 from neoembed.contrastive.export import export_model
 from neoembed.contrastive.loss import InfoNCELoss
 from neoembed.contrastive.model import build_model
@@ -67,7 +69,9 @@ class ContrastiveTrainer(GuardedLogging, SentenceTransformerTrainer):
         )
 
 
-def training_arguments(settings: ContrastiveSettings, evaluate: bool) -> SentenceTransformerTrainingArguments:
+def training_arguments(
+    settings: ContrastiveSettings, evaluate: bool, prompts: dict | None = None
+) -> SentenceTransformerTrainingArguments:
     train, optim = settings.train, settings.optim
     bf16 = train.precision == "bf16" or (
         train.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -98,18 +102,19 @@ def training_arguments(settings: ContrastiveSettings, evaluate: bool) -> Sentenc
         report_to=[],
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=False,
+        prompts=prompts or None,
     )
 
 
-def run_contrastive(settings: ContrastiveSettings) -> dict:
-    """Train per `settings` (resuming from the newest complete checkpoint), export, and return a summary."""
+def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
+    """Load the records and the base model and set up the trainer, its loss and held-out evaluator."""
     train = settings.train
     if train.threads:
         torch.set_num_threads(train.threads)
-    output_dir = Path(train.output_dir)
     sources = load_training_sources(
         settings.data.path, settings.data.sources, settings.data.max_negatives, settings.data.max_rows
     )
+    prompts.check_sources(settings.data.prompts, sources)
     set_seed(train.seed)
     model = build_model(
         settings.model.base,
@@ -124,23 +129,34 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         gather=settings.loss.gather,
         mini_batch_size=settings.loss.mini_batch_size,
     )
-    evaluator = build_evaluator(settings.eval)
+    evaluator = build_evaluator(
+        settings.eval, prompts.resolve(settings.data.prompts, evaluated_source(settings.eval))
+    )
+    columns = {name: d.column_names for name, d in sources.items()}
+    args = training_arguments(
+        settings, evaluator is not None, prompts.training_prompts(settings.data.prompts, columns)
+    )
     # Recorded only once data and model loaded: a run that failed to start does not pin its recipe.
+    output_dir = Path(train.output_dir)
     check_resume_compatible(settings, output_dir)
     dump_recipe(settings, output_dir / "recipe.yaml")
-    from datasets import DatasetDict
-
-    trainer = ContrastiveTrainer(
+    return ContrastiveTrainer(
         model=model,
-        args=training_arguments(settings, evaluator is not None),
-        train_dataset=DatasetDict(
-            sources
-        ),  # always a dict: the multi-dataset path is where our sampler plugs in
+        args=args,
+        # always a dict: the multi-dataset path is where our sampler plugs in
+        train_dataset=DatasetDict(sources),
         loss=loss,
         evaluator=evaluator,
         settings=settings,
         callbacks=[TimeBudget(train.max_minutes)] if train.max_minutes else None,
     )
+
+
+def run_contrastive(settings: ContrastiveSettings) -> dict:
+    """Train per `settings` (resuming from the newest complete checkpoint), export, and return a summary."""
+    trainer = build_trainer(settings)
+    model, evaluator, sources = trainer.model, trainer.evaluator, trainer.train_dataset
+    output_dir = Path(settings.train.output_dir)
     resume = last_complete_checkpoint(output_dir)
     before = headline(evaluator(model)) if evaluator is not None and resume is None else None
     if before and trainer.is_world_process_zero():
@@ -153,7 +169,8 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         export_path = Path(settings.export.path or output_dir / "neobert-embed")
         evals = {"before fine-tuning": before} if before else {}
         evals["after fine-tuning"] = after
-        export_model(model, export_path, _card(settings, model, sources, summary, evals))
+        named = prompts.named_prompts(settings.data.prompts, sources)
+        export_model(model, export_path, _card(settings, model, sources, summary, evals), named)
         summary["export"] = str(export_path)
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
