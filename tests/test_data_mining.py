@@ -121,18 +121,19 @@ def test_rows_of_one_group_are_never_negatives_for_each_other(miner, tmp_path):
     assert grouped[0][: len(ungrouped[0]) - 1] == ungrouped[0][1:]  # the rest move up
 
 
-def test_encoding_resumes_from_the_last_flushed_chunk(tmp_path):
+def test_encoding_resumes_after_the_last_complete_chunk(tmp_path):
     miner = Miner(MiningConfig(chunk_rows=8))
     texts = [p for _, p in PAIRS]
-    full = np.array(miner.encode(texts, tmp_path / "a.npy"))
-    partial = miner.encode(texts, tmp_path / "b.npy")
-    partial[0] = 7.0  # a marker: chunk one must not be encoded again
-    partial[8:] = 0.0  # as if killed after the first chunk was flushed
-    partial.flush()
-    (tmp_path / "b.progress").write_text("8")
-    resumed = np.array(miner.encode(texts, tmp_path / "b.npy"))
-    assert np.all(resumed[0] == 7.0)
-    np.testing.assert_array_equal(resumed[1:], full[1:])
+    full = np.array(miner.encode(texts, tmp_path / "a.f32"))
+    row = full.shape[1] * 4
+    # As if killed while writing the second chunk: one whole chunk on disk, then a torn write.
+    marked = full[:8].copy()
+    marked[0] = 7.0  # a marker: chunk one must not be encoded again
+    (tmp_path / "b.f32").write_bytes(marked.tobytes() + full[8:11].tobytes()[: 2 * row + 5])
+    resumed = np.array(miner.encode(texts, tmp_path / "b.f32"))
+    assert resumed.shape == full.shape and np.all(resumed[0] == 7.0)
+    np.testing.assert_array_equal(resumed[1:], full[1:])  # same chunk boundaries: the same bytes
+    assert (tmp_path / "b.f32").stat().st_size == len(texts) * row
 
 
 def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
@@ -209,7 +210,7 @@ def test_killed_build_resumes_to_a_byte_identical_result(tmp_path):
     assert len([f for f in files if f.suffix == ".parquet" and f.parts[0] == "wordnet"]) == 4
     for f in files:
         assert (tmp_path / "reference" / f).read_bytes() == (tmp_path / "killed" / f).read_bytes(), f
-    assert not list((tmp_path / "killed" / "work").rglob("*.npy"))  # embeddings are removed once used
+    assert not list((tmp_path / "killed" / "work").rglob("*.f32"))  # embeddings are removed once used
 
 
 def test_mine_always_appends_mined_negatives_after_the_given_ones(tmp_path):

@@ -8,6 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from neoembed import embedding_file
+from neoembed.embedding_file import read_vectors
 from neoembed.index import (
     IndexingError,
     IndexMismatchError,
@@ -17,8 +19,8 @@ from neoembed.index import (
     load_index,
     rebuild_index,
 )
+from neoembed.index import build as index_build
 from neoembed.index import encode as index_encode
-from neoembed.index.store import read_vectors
 
 TOPICS = {
     "astronomy": "the telescope showed the rings of saturn and the moons of jupiter",
@@ -177,8 +179,8 @@ def test_export_writes_ids_texts_metadata_and_vectors(built, tmp_path):
 
 
 def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkeypatch, built):
-    monkeypatch.setattr(index_encode, "CHUNK", 25)
-    real_embed, embedded = index_encode.embed, []
+    monkeypatch.setattr(index_build, "EMBED_CHUNK", 25)
+    real_embed, embedded = embedding_file.embed, []
 
     def embed_then_fail(model, texts, **kwargs):
         if len(embedded) == 50:
@@ -186,13 +188,13 @@ def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkey
         embedded.extend(texts)
         return real_embed(model, texts, **kwargs)
 
-    monkeypatch.setattr(index_encode, "embed", embed_then_fail)
+    monkeypatch.setattr(embedding_file, "embed", embed_then_fail)
     with pytest.raises(KeyboardInterrupt):
         build_index([corpus], tmp_path / "index", threads=2, tune_queries=60)
     assert not (tmp_path / "index" / "manifest.json").exists()
     embedded.clear()
     monkeypatch.setattr(
-        index_encode,
+        embedding_file,
         "embed",
         lambda model, texts, **kw: embedded.extend(texts) or real_embed(model, texts, **kw),
     )
@@ -239,12 +241,12 @@ def test_cli_build_search_export_and_clear_errors(corpus, tmp_path):
 
 
 def test_a_short_vector_file_is_an_error_not_zero_vectors(tmp_path):
-    from neoembed.index.errors import IndexingError
-    from neoembed.index.store import append_vectors, trim_vectors
+    from neoembed.embedding_file import VectorFileError, trim_vectors
 
     path = tmp_path / "vectors.f32"
-    append_vectors(path, np.ones((3, 4), dtype="float32"))
-    assert trim_vectors(path, dim=4, rows=2) == 2 and path.stat().st_size == 2 * 4 * 4
-    with pytest.raises(IndexingError, match="holds 2 vectors, fewer than the 5"):
+    path.write_bytes(np.ones((3, 4), dtype="float32").tobytes())
+    trim_vectors(path, dim=4, rows=2)
+    assert path.stat().st_size == 2 * 4 * 4
+    with pytest.raises(VectorFileError, match="holds 2 vectors, fewer than the 5"):
         trim_vectors(path, dim=4, rows=5)
     assert path.stat().st_size == 2 * 4 * 4, "the file is left as it was"

@@ -31,9 +31,11 @@ TextField = Annotated[str, typer.Option(help="Field holding the document text.")
 
 @contextmanager
 def clean_errors(threads: int | None = None):
-    """Set torch threads; show the index package's, embedder's and WordNet reader's errors as one red line."""
+    """Set torch threads; show the errors of the index package, embedder, vector file and WordNet reader as
+    one red line."""
     from neoembed.data.wordnet import WordNetError
     from neoembed.embedder import EmbedderError
+    from neoembed.embedding_file import VectorFileError
     from neoembed.index import IndexingError
 
     logging.basicConfig(format="%(message)s")
@@ -44,7 +46,7 @@ def clean_errors(threads: int | None = None):
         torch.set_num_threads(threads)
     try:
         yield
-    except (IndexingError, EmbedderError, WordNetError) as error:
+    except (IndexingError, EmbedderError, WordNetError, VectorFileError) as error:
         err.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 

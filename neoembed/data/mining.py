@@ -2,9 +2,10 @@
 
 sentence-transformers' `mine_hard_negatives(relative_margin=1 - margin)` implements the same rule, and a test
 checks that both pick the same negatives. It is not called here because a build needs what it does not offer:
-embeddings written to memory-mapped files chunk by chunk (bounded memory, and a killed build resumes
-mid-encoding), rows kept in their input order (it regroups rows by query), positives and their near-duplicates
-recognised by the normalised text key rather than by exact string, and encode/search times for the stats.
+embeddings written to files chunk by chunk (bounded memory, and a killed build resumes mid-encoding; the
+loop is `neoembed.embedding_file`, shared with index builds), rows kept in their input order (it regroups rows
+by query), positives and their near-duplicates recognised by the normalised text key rather than by exact
+string, and encode/search times for the stats.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neoembed.data.atomic import write_text
+from neoembed.embedding_file import embed_to_file
 
 CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
 
@@ -26,7 +27,7 @@ class MiningConfig:
     num_negatives: int = 3
     margin: float = 0.95  # drop candidates scoring above margin x the positive's score
     batch_size: int = 128
-    chunk_rows: int = 16384  # texts encoded between two flushes of the memory-mapped file
+    chunk_rows: int = 16384  # texts encoded between two appends to the embedding file
     # Nearest neighbours examined per query before the rule and the top-k cut. The rule drops the top of the
     # list, so this must reach well past k; sentence-transformers' default would be 10 * k + 1.
     candidates: int = 100
@@ -60,24 +61,16 @@ class Miner:
             self.model.to(getattr(torch, config.dtype))
 
     def encode(self, texts: list[str], path: Path) -> np.ndarray:
-        """Normalised float32 embeddings in a memory-mapped .npy; resumes after the last flushed chunk."""
-        dim = self.model.get_embedding_dimension()
-        progress = path.with_suffix(".progress")
-        done = int(progress.read_text()) if progress.exists() and path.exists() else 0
-        mode = "r+" if done else "w+"
-        array = np.lib.format.open_memmap(path, mode=mode, dtype=np.float32, shape=(len(texts), dim))
-        for start in range(done, len(texts), self.config.chunk_rows):
-            stop = min(start + self.config.chunk_rows, len(texts))
-            array[start:stop] = self.model.encode(
-                texts[start:stop],
-                batch_size=self.config.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=len(texts) > self.config.chunk_rows // 4,
-            )
-            array.flush()
-            write_text(progress, str(stop))  # atomic: a kill mid-write must not break the resume
-        return array
+        """Normalised float32 embeddings in a memory-mapped file; resumes after the last complete chunk."""
+        return embed_to_file(
+            self.model,
+            texts,
+            path,
+            chunk_rows=self.config.chunk_rows,
+            batch_size=self.config.batch_size,
+            normalize=True,
+            progress=len(texts) > self.config.chunk_rows // 4,
+        )
 
     def mine(
         self,
@@ -98,8 +91,8 @@ class Miner:
         stats.queries, stats.pool = len(unique_queries), len(unique_pool)
 
         started = time.perf_counter()
-        q_emb = self.encode([queries[i] for i in unique_queries], workdir / "queries.npy")
-        p_emb = self.encode([positives[i] for i in unique_pool], workdir / "pool.npy")
+        q_emb = self.encode([queries[i] for i in unique_queries], workdir / "queries.f32")
+        p_emb = self.encode([positives[i] for i in unique_pool], workdir / "pool.f32")
         stats.seconds["encode"] += time.perf_counter() - started
 
         started = time.perf_counter()

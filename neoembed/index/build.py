@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from neoembed.embedding_file import embed_to_file, read_vectors, trim_vectors
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
 from neoembed.index.corpus import Corpus, Document, read_corpus
@@ -31,13 +32,14 @@ from neoembed.index.manifest import (
     Tuning,
     append_log,
 )
-from neoembed.index.store import DocStore, read_vectors, trim_vectors
+from neoembed.index.store import DocStore
 from neoembed.index.tune import exact_neighbors, tune
 
 log = logging.getLogger("neoembed.index")
 
 STATE_FILE = "build_state.json"  # present only while a build is unfinished: what the vectors on disk are
 ADD_CHUNK = 100_000
+EMBED_CHUNK = 2048  # documents embedded, then appended to the vector file, per step
 MIN_TRAIN = 100_000
 
 
@@ -57,19 +59,27 @@ def _corpus_digest(documents: list[Document]) -> str:
     return digest.hexdigest()
 
 
-def _prepare_out_dir(out: Path, state: dict) -> int:
-    """Create `out`, or find the unfinished build of the same corpus and model there: rows to resume from."""
+def _prepare_out_dir(out: Path, state: dict) -> None:
+    """Create `out`, or find the unfinished build of the same corpus and model there (its vectors resume)."""
     if out.exists() and any(out.iterdir()):
         state_path = out / STATE_FILE
         if not state_path.exists() or json.loads(state_path.read_text()) != state:
             raise IndexingError(f"{out} is not empty and holds no unfinished build of this corpus and model")
-        rows = trim_vectors(out / VECTORS_FILE, state["dimension"])
         (out / STORE_FILE).unlink(missing_ok=True)
-        log.info("resuming an unfinished build: %d documents already embedded", rows)
-        return rows
+        log.info("resuming an unfinished build")
+        return
     out.mkdir(parents=True, exist_ok=True)
     (out / STATE_FILE).write_text(json.dumps(state))
-    return 0
+
+
+def _embed(embedder, texts, out: Path, *, normalize: bool, batch_size: int, offset: int = 0) -> None:
+    """Embed into the vector file after `offset` rows, resuming after its last complete chunk."""
+
+    def on_chunk(done: int, size: int, seconds: float) -> None:
+        append_log(out, {"step": "embed", "rows": offset + done, "docs_per_s": size / seconds})
+
+    embed_to_file(embedder, texts, out / VECTORS_FILE, chunk_rows=EMBED_CHUNK, batch_size=batch_size,
+                  normalize=normalize, offset=offset, on_chunk=on_chunk)  # fmt: skip
 
 
 def _empty_index(factory: str, dim: int, metric: str, n: int):
@@ -189,11 +199,9 @@ def build_index(
     normalized = metric == "cosine"
     state = {"model_fingerprint": fingerprint, "dimension": dim, "normalized": normalized,
              "corpus": _corpus_digest(docs)}  # fmt: skip
-    start = _prepare_out_dir(out, state)
+    _prepare_out_dir(out, state)
     _report_skips(corpus, out)
-    texts = [d.text for d in docs]
-    encode.embed_to_file(embedder, texts, out / VECTORS_FILE, normalize=normalized, batch_size=batch_size,
-                         start=start, log_dir=out)  # fmt: skip
+    _embed(embedder, [d.text for d in docs], out, normalize=normalized, batch_size=batch_size)
     store = DocStore(out / STORE_FILE)
     store.append(docs, 0)
     store.close()
@@ -240,14 +248,7 @@ def add_documents(
             raise IndexingError(f"{len(present)} document ids are already in {out}: {', '.join(present[:5])}")
         trim_vectors(out / VECTORS_FILE, dim, n)  # rows of an add that crashed before its manifest
         texts = [d.text for d in corpus.documents]
-        encode.embed_to_file(
-            embedder,
-            texts,
-            out / VECTORS_FILE,
-            normalize=manifest.normalized,
-            batch_size=batch_size,
-            log_dir=out,
-        )
+        _embed(embedder, texts, out, normalize=manifest.normalized, batch_size=batch_size, offset=n)
         vectors = read_vectors(out / VECTORS_FILE, dim, n + len(texts))
         index = faiss.read_index(str(out / manifest.index_file))
         index.add(np.ascontiguousarray(vectors[n:]))

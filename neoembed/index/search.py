@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from neoembed.embedding_file import embed
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
 from neoembed.index.errors import IndexingError, IndexMismatchError
@@ -73,7 +74,7 @@ class SearchIndex:
         return self._model
 
     def encode(self, queries: list[str]) -> np.ndarray:
-        return encode.embed(self._embedder(), queries, normalize=self.manifest.normalized)
+        return embed(self._embedder(), queries, normalize=self.manifest.normalized)
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
         """The top-k documents for one text query, best first."""

@@ -4,22 +4,19 @@ Row `pos` of the store is FAISS id `pos` and row `pos` of the vector file, so se
 documents by position. SQLite gives random access by position and a unique index on document ids, so
 `index add` detects duplicate ids without reading the corpus into memory. The vectors (float32, row-major,
 no header) are kept so an index can be re-tuned, rebuilt with another factory or exported without
-re-embedding; they are appended to as documents are embedded, so an interrupted build keeps its work.
+re-embedding; they are appended to as documents are embedded (`neoembed.embedding_file`), so an
+interrupted build keeps its work.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import numpy as np
-
 from neoembed.index.corpus import Document
-from neoembed.index.errors import IndexingError
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS docs (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, metadata TEXT NOT NULL)"
 
@@ -86,35 +83,3 @@ class DocStore:
 
     def close(self) -> None:
         self._conn.close()
-
-
-def append_vectors(path: Path, vectors: np.ndarray) -> None:
-    with open(path, "ab") as f:
-        f.write(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
-
-
-def vector_rows(path: Path, dim: int) -> int:
-    """Whole rows in the vector file (0 when it does not exist)."""
-    return path.stat().st_size // (4 * dim) if path.exists() else 0
-
-
-def trim_vectors(path: Path, dim: int, rows: int | None = None) -> int:
-    """Cut the vector file to its first `rows` rows (default: all whole rows, dropping a torn last write)."""
-    whole = vector_rows(path, dim)
-    rows = whole if rows is None else rows
-    if rows > whole:
-        # os.truncate would pad with zeros: zero vectors stored silently for documents never embedded.
-        raise IndexingError(
-            f"{path} holds {whole} vectors, fewer than the {rows} the index needs; rebuild it"
-        )
-    if path.exists():
-        os.truncate(path, rows * 4 * dim)
-    return rows
-
-
-def read_vectors(path: Path, dim: int, rows: int | None = None) -> np.ndarray:
-    """The first `rows` vectors (default all), memory-mapped read-only."""
-    rows = vector_rows(path, dim) if rows is None else rows
-    if rows == 0:
-        return np.zeros((0, dim), dtype="float32")
-    return np.memmap(path, dtype="<f4", mode="r", shape=(rows, dim))
