@@ -262,3 +262,7 @@ def test_recipes_validate_and_unknown_fields_are_named(tmp_path):
     assert paper.model.max_length == 1024 and paper.train.max_steps == 2000
     with pytest.raises(RecipeError, match="field loss.temprature: unknown field"):
         load_recipe(ROOT / "recipes" / "contrastive-cpu.yaml", ContrastiveSettings, {"loss.temprature": 1})
+    cpu = ROOT / "recipes" / "contrastive-cpu.yaml"
+    assert load_recipe(cpu, ContrastiveSettings, {"model.lora.r": 4}).model.lora.r == 4
+    with pytest.raises(RecipeError, match="field model.lora.rank: unknown field"):
+        load_recipe(cpu, ContrastiveSettings, {"model.lora.rank": 4})

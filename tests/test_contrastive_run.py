@@ -48,22 +48,31 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(run / "neobert-embed" / "model.safetensors")
 
 
-def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(tmp_path, build, minilm_path):
+@pytest.mark.parametrize("lora", [None, {"r": 4, "alpha": 8}], ids=["full", "lora"])
+def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(
+    tmp_path, build, minilm_path, lora
+):
     base = tiny_encoder_dir(tmp_path, minilm_path)
-    straight = run_contrastive(ContrastiveSettings.model_validate(recipe(build, base, tmp_path / "a")))
+
+    def settings(out: Path) -> ContrastiveSettings:
+        plan = recipe(build, base, out)
+        plan["model"]["lora"] = lora
+        return ContrastiveSettings.model_validate(plan)
+
+    straight = run_contrastive(settings(tmp_path / "a"))
     assert straight["steps"] == 4
     lines = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == [1, 2, 3, 4]
 
     crashed = tmp_path / "b"
-    run_contrastive(ContrastiveSettings.model_validate(recipe(build, base, crashed)))
+    run_contrastive(settings(crashed))
     first = weights(crashed)
     # A crash after step 2's checkpoint: step 4's checkpoint and the export never happened.
     for lost in ("checkpoint-4", "neobert-embed"):
         import shutil
 
         shutil.rmtree(crashed / lost)
-    resumed = run_contrastive(ContrastiveSettings.model_validate(recipe(build, base, crashed)))
+    resumed = run_contrastive(settings(crashed))
     assert resumed["steps"] == 4 and resumed["eval_before"] is None
     reference, again = weights(tmp_path / "a"), weights(crashed)
     assert any(
@@ -202,3 +211,51 @@ def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(
         assert torch.allclose(trained, encoded, atol=1e-5)
         plain = exported.encode([r["query"] for r in rows], convert_to_tensor=True)
         assert not torch.allclose(trained, plain, atol=1e-3)  # the prompt changes the embedding
+
+
+def tiny_neobert_dir(root: Path) -> Path:
+    from neoembed.pretrain import NeoBERTModel, tiny_config
+    from neoembed.pretrain.tokenizer import load_tokenizer
+
+    base = root / "neobert"
+    NeoBERTModel(tiny_config()).save_pretrained(base)
+    load_tokenizer(max_length=128).save_pretrained(base)
+    return base
+
+
+@pytest.mark.parametrize(
+    "kind, targets", [("minilm", {"query", "value"}), ("neobert", {"qkv", "wo", "w12", "w3"})]
+)
+def test_lora_trains_only_adapters_and_the_export_merges_them(tmp_path, build, minilm_path, kind, targets):
+    from sentence_transformers import SentenceTransformer
+
+    from neoembed.contrastive.lora import add_lora
+    from neoembed.contrastive.model import build_model
+    from neoembed.contrastive.settings import LoraSettings
+
+    base = minilm_path if kind == "minilm" else tiny_neobert_dir(tmp_path)
+    model = build_model(str(base), "mean", 24)
+    add_lora(model, LoraSettings(r=4, alpha=8))
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_" in n for n in trainable)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} == targets
+
+    settings = recipe(build, base, tmp_path / "run", max_steps=2)
+    settings["model"]["lora"] = {"r": 4, "alpha": 8}
+    export = Path(run_contrastive(ContrastiveSettings.model_validate(settings))["export"])
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    assert (checkpoint / "adapter_model.safetensors").exists()  # checkpoints hold the adapter only
+    assert not (export / "adapter_config.json").exists()
+    assert "LoRA adapters (r 4, alpha 8.0) merged" in (export / "README.md").read_text()
+
+    unmerged = SentenceTransformer(str(checkpoint), device="cpu")  # base + adapter, as trained
+    assert any(".lora_" in n for n, _ in unmerged.named_parameters())
+    merged = SentenceTransformer(str(export), device="cpu")
+    assert not any(".lora_" in n for n, _ in merged.named_parameters())
+    expected = torch.as_tensor(unmerged.encode(TEXTS))
+    assert torch.allclose(torch.as_tensor(merged.encode(TEXTS)), expected, atol=1e-5)
+
+    before, after = load_file(base / "model.safetensors"), weights(tmp_path / "run")
+    assert after.keys() <= before.keys()  # the base's weights, no adapter tensors
+    changed = {k for k in after if not torch.equal(after[k], before[k])}
+    assert changed and all(k.rsplit(".", 2)[-2] in targets for k in changed)  # only adapted layers moved

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from neoembed.contrastive.lora import has_adapters, merge_adapters
+
 NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")
 NEOBERT_AUTO_MAP = {
     "AutoConfig": "config.NeoBERTConfig",
@@ -26,8 +28,10 @@ def export_model(model, path: Path, card: dict, prompts: dict[str, str] | None =
     """Save `model` to `path` (safetensors), add remote code for NeoBERT, and write README.md from `card`.
 
     `prompts` (name -> prefix) go to config_sentence_transformers.json, so `encode(..., prompt_name=name)`
-    prepends what training prepended."""
+    prepends what training prepended. LoRA adapters are merged first: the directory is a plain model."""
     path = Path(path)
+    if has_adapters(model):
+        merge_adapters(model)
     model.prompts.update(prompts or {})
     model.save(str(path), safe_serialization=True)
     if model[0].auto_model.config.model_type == "neobert":
@@ -68,6 +72,12 @@ def model_card(card: dict, prompts: dict[str, str]) -> str:
         if prompt_rows
         else "Trained without instruction prompts: encode texts as they are.\n"
     )
+    adapter = card["recipe"]["model"].get("lora")
+    lora = (
+        f" with LoRA adapters (r {adapter['r']}, alpha {adapter['alpha']}) merged into the weights"
+        if adapter
+        else ""
+    )
     return f"""---
 library_name: sentence-transformers
 pipeline_tag: sentence-similarity
@@ -79,7 +89,7 @@ base_model: {card["base_model"]}
 
 A sentence embedder fine-tuned by `neoembed contrastive` from **{card["base_model"]}** with InfoNCE (cosine
 similarity / temperature {card["temperature"]}, in-batch and hard negatives, one source per step) for
-**{card["steps"]} steps**. Embeddings are {card["dimension"]}-dimensional, {card["pooling"]}-pooled{" and L2-normalised" if card["normalized"] else ""};
+**{card["steps"]} steps**{lora}. Embeddings are {card["dimension"]}-dimensional, {card["pooling"]}-pooled{" and L2-normalised" if card["normalized"] else ""};
 inputs are truncated at {card["max_length"]} tokens.
 
 ```python

@@ -25,11 +25,21 @@ class DataSettings(StrictSettings):
     prompts: dict[str, PromptSettings] = Field(default_factory=dict)  # source name or `default` -> prompts
 
 
+class LoraSettings(StrictSettings):
+    """LoRA adapters (peft) instead of full fine-tuning; the export merges them into the weights."""
+
+    r: int = Field(default=16, gt=0)
+    alpha: float = Field(default=32.0, gt=0.0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] | None = None  # None: peft's default for the architecture, else every linear
+
+
 class ModelSettings(StrictSettings):
     base: str = "minilm"  # sentence-transformers dir, plain HF encoder dir or hub id, or minilm
     pooling: Literal["mean", "cls", "max", "lasttoken"] = "mean"  # for plain encoders
     max_length: int = Field(default=512, gt=1)
     trust_remote_code: bool = False  # e.g. NomicBERT; NeoBERT needs none after `import neoembed`
+    lora: LoraSettings | None = None  # None: every weight trains
 
 
 class LossSettings(StrictSettings):

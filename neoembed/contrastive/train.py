@@ -21,6 +21,7 @@ from neoembed.contrastive import prompts
 from neoembed.contrastive.data import load_training_sources, row_texts
 from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
 from neoembed.contrastive.export import export_model
+from neoembed.contrastive.lora import add_lora
 from neoembed.contrastive.loss import InfoNCELoss
 from neoembed.contrastive.model import build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
@@ -122,6 +123,8 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         settings.model.max_length,
         settings.model.trust_remote_code,
     )
+    if settings.model.lora:
+        add_lora(model, settings.model.lora)
     loss = InfoNCELoss(
         model,
         temperature=settings.loss.temperature,
