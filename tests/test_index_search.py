@@ -55,7 +55,7 @@ def corpus(tmp_path_factory):
 def built(tmp_path_factory, corpus):
     """One index directory per factory: the corpus embedded once, then rebuilt from the stored vectors."""
     root = tmp_path_factory.mktemp("indexes")
-    manifests = {"Flat": build_index([corpus], root / "Flat", factory="Flat", threads=2, tune_queries=60)}
+    manifests = {"Flat": build_index([corpus], root / "Flat", threads=2, tune_queries=60)}  # auto: Flat
     for factory in FACTORIES[1:]:
         shutil.copytree(root / "Flat", _dir({"root": root}, factory))
         manifests[factory] = rebuild_index(
@@ -125,39 +125,127 @@ def test_memory_mapped_reload_returns_identical_results(built, factory):
         assert index_file in maps.read()  # the index file is mapped, not read into memory
 
 
-def test_a_different_model_or_dimension_is_refused(built, tmp_path, minilm_path):
+@pytest.fixture(scope="module")
+def other_model(tmp_path_factory, minilm_path):
+    """A fine-tuned variant of MiniLM: same architecture and dimension, other weights."""
     import torch
     from sentence_transformers import SentenceTransformer
 
     other = SentenceTransformer(str(minilm_path), device="cpu")
     with torch.no_grad():
-        next(other.parameters())[0, 0] += 0.01  # a fine-tuned variant: same architecture, other weights
-    other.save(str(tmp_path / "other"))
+        next(other.parameters())[0, 0] += 0.01
+    path = tmp_path_factory.mktemp("other") / "other"
+    other.save(str(path))
+    return path
+
+
+def test_a_different_model_or_dimension_is_refused(built, other_model):
     directory = _dir(built, "Flat")
     with pytest.raises(IndexMismatchError, match=r"is not the model the index .* was built with: 'minilm'"):
-        load_index(directory, model=str(tmp_path / "other")).search("saturn")
+        load_index(directory, model=str(other_model)).search("saturn")
     with pytest.raises(IndexMismatchError, match="query vectors have dimension 128, the index .* has 384"):
         load_index(directory).search_vectors(np.zeros((1, 128), dtype="float32"))
 
 
-@pytest.mark.parametrize("factory", ["Flat", "HNSW8"])
+def _new_corpus(tmp_path):
+    chess = {"chess": "the grandmaster sacrificed her queen to checkmate the king"}
+    return _write_corpus(tmp_path / "new.jsonl", chess, 5, "new-")
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
 def test_add_then_search_finds_the_new_documents(built, tmp_path, factory):
     directory = tmp_path / "index"
     shutil.copytree(_dir(built, factory), directory)
-    new = _write_corpus(
-        tmp_path / "new.jsonl",
-        {"chess": "the grandmaster sacrificed her queen to checkmate the king"},
-        5,
-        "new-",
-    )
+    new = _new_corpus(tmp_path)
     manifest = add_documents(directory, [new], threads=2, tune_queries=60)
     assert manifest.ntotal == 77 and manifest.index_file != built[factory].index_file
     assert not (directory / built[factory].index_file).exists()
+    assert not (directory / "build_state.json").exists()
+    assert (
+        manifest.tuning.recall_at_10 >= 0.95
+        and manifest.search_params.keys() == built[factory].search_params.keys()
+    )
     hits = load_index(directory).search("a chess game ending in checkmate", k=5)
     assert {h.id for h in hits} == {f"new-chess-{i}" for i in range(5)}
     assert load_index(directory).search("saturn's rings", k=1)[0].metadata["topic"] == "astronomy"
+    # The reason still holds at the new size: re-derived for an auto choice, kept for a given factory.
+    expected = (
+        "77 vectors <= 50000: exact search is fast enough" if factory == "Flat" else "given by --factory"
+    )
+    assert manifest.factory_reason == expected
     with pytest.raises(IndexingError, match="5 document ids are already in .*new-chess-0"):
         add_documents(directory, [new], threads=2)
+
+
+def _index_state(directory):
+    """Everything an index directory answers with: manifest figures, documents, vectors, search results."""
+    index = load_index(directory)
+    hits = index.search_batch(["checkmate with the queen", "saturn's rings", "pasta sauce"], k=10)
+    m = index.manifest
+    return {
+        "manifest": (m.ntotal, m.factory, m.factory_reason, m.search_params, m.tuning.recall_at_10),
+        "docs": [(d.id, d.text, d.metadata) for batch in index.store.iter_batches() for d in batch],
+        "vectors": (directory / "vectors.f32").read_bytes(),
+        "hits": [[(h.id, h.score) for h in row] for row in hits],
+    }
+
+
+@pytest.mark.parametrize("crash", ["embedding", "committing"])
+def test_interrupted_add_resumes_to_the_same_index(built, tmp_path, monkeypatch, crash):
+    monkeypatch.setattr(index_build, "EMBED_CHUNK", 2)  # 5 new documents: chunks of 2, 2 and 1
+    new = _new_corpus(tmp_path)
+    armed = [True]  # the first add is interrupted, the second runs to the end
+    for name in ("reference", "interrupted"):
+        shutil.copytree(_dir(built, "HNSW8"), tmp_path / name)
+    add_documents(tmp_path / "reference", [new], threads=2, tune_queries=60)
+
+    real_embed, real_commit, embedded = embedding_file.embed, index_build._tune_and_commit, []
+
+    def embed_then_fail(model, texts, **kwargs):
+        if crash == "embedding" and armed and len(embedded) == 2:
+            raise KeyboardInterrupt  # stopped after the first chunk was written
+        embedded.extend(texts)
+        return real_embed(model, texts, **kwargs)
+
+    def fail(*args, **kwargs):
+        raise KeyboardInterrupt  # stopped after the store and vectors were written, before the manifest
+
+    monkeypatch.setattr(embedding_file, "embed", embed_then_fail)
+    if crash == "committing":
+        monkeypatch.setattr(index_build, "_tune_and_commit", fail)
+    with pytest.raises(KeyboardInterrupt):
+        add_documents(tmp_path / "interrupted", [new], threads=2, tune_queries=60)
+    before = load_index(tmp_path / "interrupted")  # still the last committed state, and searchable
+    assert before.manifest.ntotal == 72 and not any(
+        h.id.startswith("new-") for h in before.search("checkmate")
+    )
+    monkeypatch.setattr(index_build, "_tune_and_commit", real_commit)
+    embedded.clear()
+    armed.clear()
+    add_documents(tmp_path / "interrupted", [new], threads=2, tune_queries=60)
+    assert len(embedded) == (3 if crash == "embedding" else 0)  # only what the first run had not written
+    assert _index_state(tmp_path / "interrupted") == _index_state(tmp_path / "reference")
+
+
+def test_add_with_another_model_is_refused_and_changes_nothing(built, tmp_path, other_model):
+    from neoembed.cli import app
+
+    directory = tmp_path / "index"
+    shutil.copytree(_dir(built, "Flat"), directory)
+    new = _new_corpus(tmp_path)
+    with pytest.raises(IndexMismatchError, match=r"'.*other' \(fingerprint \w+\) is not the model the index"):
+        add_documents(directory, [new], model=str(other_model), threads=2)
+    result = CliRunner().invoke(
+        app, ["index", "add", str(directory), "--corpus", str(new), "--model", str(other_model)]
+    )
+    assert (
+        result.exit_code == 2
+        and "is not the model the index" in result.output
+        and "Traceback" not in result.output
+    )
+    assert Manifest.load(directory) == built["Flat"] and sorted(
+        p.name for p in directory.iterdir()
+    ) == sorted(p.name for p in _dir(built, "Flat").iterdir())
 
 
 def test_export_writes_ids_texts_metadata_and_vectors(built, tmp_path):

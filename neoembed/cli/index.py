@@ -98,18 +98,19 @@ def build(
 def add(
     index: IndexDir,
     corpus: Corpus,
+    model: Annotated[str | None, typer.Option(help="Embedder (default: the index's; must match it).")] = None,
     batch_size: BatchSize = 64,
     tune_queries: TuneQueries = 1000,
     id_field: IdField = "id",
     text_field: TextField = "text",
     threads: Threads = None,
 ) -> None:
-    """Embed and append documents to an index, then re-tune and re-measure it."""
+    """Embed and append documents to an index, then re-tune and re-measure it (an interrupted add resumes)."""
     with clean_errors(threads):
         from neoembed.index import add_documents
 
         manifest = add_documents(
-            index, corpus, batch_size=batch_size, threads=threads, tune_queries=tune_queries,
+            index, corpus, model=model, batch_size=batch_size, threads=threads, tune_queries=tune_queries,
             id_field=id_field, text_field=text_field,
         )  # fmt: skip
         _print_summary(manifest, index)

@@ -3,7 +3,8 @@
 build: read the corpus -> store documents -> embed (resumable) -> choose the factory -> train on a sample
 -> add -> tune the search parameter on held-out corpus queries -> write index and manifest.
 The manifest is written last and names the index file, so it is the commit point: a crash at any step
-leaves either no manifest (the build can be rerun and resumes embedding) or the previous consistent state.
+leaves either no manifest (the build can be rerun and resumes embedding) or the previous consistent state
+(an add rerun with the same documents resumes its embedding the same way).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from neoembed.index.tune import exact_neighbors, tune
 
 log = logging.getLogger("neoembed.index")
 
-STATE_FILE = "build_state.json"  # present only while a build is unfinished: what the vectors on disk are
+STATE_FILE = "build_state.json"  # present only while a build or add is unfinished: what its vectors are
+GIVEN = "given by --factory"
 ADD_CHUNK = 100_000
 EMBED_CHUNK = 2048  # documents embedded, then appended to the vector file, per step
 MIN_TRAIN = 100_000
@@ -192,7 +194,7 @@ def build_index(
     docs = corpus.documents
     embedder, fingerprint = encode.load_model(model)
     dim = encode.dimension(embedder)
-    reason = "given by --factory"
+    reason = GIVEN
     if factory == "auto":
         factory, reason = choose_factory(len(docs), dim, memory_bytes)
     index = _empty_index(factory, dim, metric, len(docs))
@@ -216,10 +218,34 @@ def build_index(
     return manifest
 
 
+def _grown_reason(manifest: Manifest, ntotal: int) -> str:
+    """Why the index has its factory once `index add` grew it to `ntotal` documents."""
+    if manifest.factory_reason == GIVEN:
+        return GIVEN
+    auto, reason = choose_factory(ntotal, manifest.dimension)
+    if auto == manifest.factory:
+        return reason  # still the auto choice at the new size
+    return (
+        f"the auto choice when the index was smaller; grown to {ntotal} documents, auto would now choose "
+        f"{auto} ({reason}): `neoembed index rebuild` switches"
+    )
+
+
+def _resume_add(out: Path, state: dict, dim: int, n: int) -> None:
+    """Keep the vectors an interrupted add of the same documents left past row `n`; otherwise drop them."""
+    state_path = out / STATE_FILE
+    if state_path.exists() and json.loads(state_path.read_text()) == state:
+        log.info("resuming an unfinished add")
+        return
+    trim_vectors(out / VECTORS_FILE, dim, n)
+    state_path.write_text(json.dumps(state))
+
+
 def add_documents(
     index_dir: str | Path,
     sources: list[str | Path],
     *,
+    model: str | None = None,
     batch_size: int = 64,
     threads: int | None = None,
     tune_queries: int = 1000,
@@ -227,47 +253,49 @@ def add_documents(
     text_field: str = "text",
     seed: int = 0,
 ) -> Manifest:
-    """Embed and append new documents to an index directory, then re-tune and re-measure it."""
+    """Embed and append new documents to an index directory, then re-tune and re-measure it.
+
+    `model` (default: the index's) must have the fingerprint the index was built with. An add interrupted
+    at any point is resumed by the same call: the documents it had embedded are not embedded again.
+    """
     out = Path(index_dir)
     threads = set_threads(threads)
     manifest = Manifest.load(out)
-    embedder, fingerprint = encode.load_model(manifest.model)
+    name = model or manifest.model
+    embedder, fingerprint = encode.load_model(name)
     if fingerprint != manifest.model_fingerprint:
         raise IndexMismatchError(
-            f"model {manifest.model!r} no longer matches the index in {out} (fingerprint {fingerprint}, "
-            f"index built with {manifest.model_fingerprint})"
+            f"model {name!r} (fingerprint {fingerprint}) is not the model the index in {out} was built with: "
+            f"{manifest.model!r} (fingerprint {manifest.model_fingerprint}); its vectors would not be comparable"
         )
     corpus = read_corpus(sources, id_field=id_field, text_field=text_field)
     _report_skips(corpus, out)
-    n, dim = manifest.ntotal, manifest.dimension
+    docs, n, dim = corpus.documents, manifest.ntotal, manifest.dimension
     store = DocStore(out / STORE_FILE)
     try:
         store.truncate(n)  # rows of an add that crashed before its manifest was written
-        present = store.existing_ids(d.id for d in corpus.documents)
+        present = store.existing_ids(d.id for d in docs)
         if present:
             raise IndexingError(f"{len(present)} document ids are already in {out}: {', '.join(present[:5])}")
-        trim_vectors(out / VECTORS_FILE, dim, n)  # rows of an add that crashed before its manifest
-        texts = [d.text for d in corpus.documents]
-        _embed(embedder, texts, out, normalize=manifest.normalized, batch_size=batch_size, offset=n)
-        vectors = read_vectors(out / VECTORS_FILE, dim, n + len(texts))
-        index = faiss.read_index(str(out / manifest.index_file))
-        index.add(np.ascontiguousarray(vectors[n:]))
-        store.append(corpus.documents, n)
+        state = {"add_to": n, "model_fingerprint": fingerprint, "corpus": _corpus_digest(docs)}
+        _resume_add(out, state, dim, n)
+        _embed(embedder, [d.text for d in docs], out, normalize=manifest.normalized, batch_size=batch_size,
+               offset=n)  # fmt: skip
+        store.append(docs, n)
     finally:
         store.close()
-    fields = dict(
-        model=manifest.model,
-        model_fingerprint=fingerprint,
-        dimension=dim,
-        metric=manifest.metric,
-        normalized=manifest.normalized,
-        factory=manifest.factory,
-        factory_reason=manifest.factory_reason,
-        previous_index_file=manifest.index_file,
-    )
-    return _tune_and_commit(
+    vectors = read_vectors(out / VECTORS_FILE, dim, n + len(docs))
+    index = faiss.read_index(str(out / manifest.index_file))
+    _train_and_fill(index, manifest.factory, vectors[n:], seed)  # trained already: adds only
+    fields = dict(model=manifest.model, model_fingerprint=fingerprint, dimension=dim, metric=manifest.metric,
+                  normalized=manifest.normalized, factory=manifest.factory,
+                  factory_reason=_grown_reason(manifest, n + len(docs)),
+                  previous_index_file=manifest.index_file)  # fmt: skip
+    committed = _tune_and_commit(
         index, vectors, out, fields, manifest.tuning.target_recall, tune_queries, threads, seed
     )
+    (out / STATE_FILE).unlink(missing_ok=True)
+    return committed
 
 
 def rebuild_index(
@@ -286,7 +314,7 @@ def rebuild_index(
     threads = set_threads(threads)
     manifest = Manifest.load(out)
     vectors = read_vectors(out / VECTORS_FILE, manifest.dimension, manifest.ntotal)
-    reason = "given by --factory"
+    reason = GIVEN
     if factory == "auto":
         factory, reason = choose_factory(manifest.ntotal, manifest.dimension, memory_bytes)
     index = _train_and_fill(
