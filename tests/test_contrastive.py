@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import ConcatDataset
 
 from neoembed.contrastive.data import ContrastiveDataError, load_training_sources
-from neoembed.contrastive.loss import InfoNCELoss, token_keys
+from neoembed.contrastive.loss import InfoNCELoss, token_keys, with_matryoshka
 from neoembed.contrastive.model import BaseModelError, build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler, SamplerError
 from neoembed.contrastive.settings import ContrastiveSettings
@@ -86,13 +86,20 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_cached_loss_gives_the_uncached_loss_and_gradients(tiny_model, symmetric):
+def make_loss(model, mini_batch_size=None, dims=None, weights=None, **kwargs):
+    loss = InfoNCELoss(model, mini_batch_size=mini_batch_size, **kwargs)
+    return with_matryoshka(model, loss, dims, weights) if dims else loss
+
+
+@pytest.mark.parametrize(
+    "symmetric, dims", [(False, None), (True, None), (True, [32, 16, 8])], ids=["plain", "sym", "matryoshka"]
+)
+def test_cached_loss_gives_the_uncached_loss_and_gradients(tiny_model, symmetric, dims):
     results = []
     for mini_batch_size in (None, 3):
         tiny_model.zero_grad()
-        loss = InfoNCELoss(tiny_model, symmetric=symmetric, mini_batch_size=mini_batch_size)
-        value = loss(features(tiny_model, COLUMNS))
+        loss = make_loss(tiny_model, mini_batch_size, dims, [1.0, 0.5, 0.25], symmetric=symmetric)
+        value = loss(features(tiny_model, COLUMNS), None)
         value.backward()
         results.append((value.item(), grads(tiny_model)))
     (plain, plain_grads), (cached, cached_grads) = results
@@ -100,6 +107,21 @@ def test_cached_loss_gives_the_uncached_loss_and_gradients(tiny_model, symmetric
     assert plain_grads.keys() == cached_grads.keys() and plain_grads
     for name, grad in plain_grads.items():
         assert torch.allclose(grad, cached_grads[name], atol=1e-6, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("mini_batch_size", [None, 3])
+def test_matryoshka_sums_infonce_over_truncated_renormalised_embeddings(tiny_model, mini_batch_size):
+    dims, weights = [8, 32, 16], [0.25, 1.0, 0.5]  # any order: the library sorts them together
+    tiny_model.eval()
+    with torch.no_grad():
+        value = make_loss(tiny_model, mini_batch_size, dims, weights)(features(tiny_model, COLUMNS), None)
+        query, *docs = [tiny_model(f)["sentence_embedding"] for f in features(tiny_model, COLUMNS)]
+    docs, rows = torch.cat(docs), torch.arange(len(query))
+    expected = 0.0
+    for dim, weight in zip(dims, weights, strict=True):
+        q, d = (torch.nn.functional.normalize(t[:, :dim], dim=-1) for t in (query, docs))
+        expected += weight * torch.nn.functional.cross_entropy(q @ d.T / 0.07, rows).item()
+    assert value.item() == pytest.approx(expected, rel=1e-5)
 
 
 def expected_infonce(model, queries, positives, candidates_per_row, temperature=0.07) -> float:
@@ -266,3 +288,7 @@ def test_recipes_validate_and_unknown_fields_are_named(tmp_path):
     assert load_recipe(cpu, ContrastiveSettings, {"model.lora.r": 4}).model.lora.r == 4
     with pytest.raises(RecipeError, match="field model.lora.rank: unknown field"):
         load_recipe(cpu, ContrastiveSettings, {"model.lora.rank": 4})
+    with pytest.raises(RecipeError, match="one weight per entry"):
+        load_recipe(
+            cpu, ContrastiveSettings, {"loss.matryoshka_dims": [64, 32], "loss.matryoshka_weights": [1]}
+        )

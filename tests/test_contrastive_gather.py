@@ -1,5 +1,5 @@
 """2 gloo processes x batch b give the loss and gradients of 1 process x batch 2b (gathered, with and without
-GradCache, with a copy of a positive on the other rank). Run under torchrun, this file is also the worker."""
+GradCache and Matryoshka dimensions, with a copy of a positive on the other rank). Run under torchrun, this file is also the worker."""
 
 from __future__ import annotations
 
@@ -18,15 +18,24 @@ COLUMNS = [
     [f"an unrelated sentence {i}" for i in range(ROWS)],
 ]
 COLUMNS[2][5] = COLUMNS[1][0]  # rank 1 holds a copy of rank 0's first positive as a hard negative
-VARIANTS = {"plain": None, "cached": 3}
+# name: (GradCache mini-batch size, Matryoshka dimensions)
+VARIANTS = {
+    "plain": (None, None),
+    "cached": (3, None),
+    "matryoshka": (None, [32, 8]),
+    "matryoshka-cached": (3, [32, 8]),
+}
 
 
-def loss_and_grads(model, columns, mini_batch_size) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    from neoembed.contrastive.loss import InfoNCELoss
+def loss_and_grads(model, columns, variant) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 
+    mini_batch_size, dims = variant
     model.zero_grad()
     loss = InfoNCELoss(model, symmetric=True, mini_batch_size=mini_batch_size)
-    value = loss([model.tokenize(texts) for texts in columns])
+    if dims:
+        loss = with_matryoshka(model, loss, dims, [1.0, 0.5])
+    value = loss([model.tokenize(texts) for texts in columns], None)
     value.backward()
     return value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -43,8 +52,8 @@ def worker(base: str, out: str) -> None:
     share = ROWS // world
     local = [column[rank * share : (rank + 1) * share] for column in COLUMNS]
     results = {}
-    for name, mini_batch_size in VARIANTS.items():
-        value, grads = loss_and_grads(model, local, mini_batch_size)
+    for name, variant in VARIANTS.items():
+        value, grads = loss_and_grads(model, local, variant)
         for tensor in (value, *grads.values()):  # what DDP does: average over ranks
             dist.all_reduce(tensor)
             tensor /= world
@@ -74,8 +83,8 @@ def test_two_gloo_ranks_give_the_loss_and_gradients_of_one_process_with_twice_th
     ranks = load_file(out)
 
     model = build_model(str(base), "mean", 32)
-    for name, mini_batch_size in VARIANTS.items():
-        value, grads = loss_and_grads(model, COLUMNS, mini_batch_size)
+    for name, variant in VARIANTS.items():
+        value, grads = loss_and_grads(model, COLUMNS, variant)
         assert torch.allclose(ranks[f"{name}/loss"], value.reshape(-1), atol=1e-5), name
         for key, grad in grads.items():
             assert torch.allclose(ranks[f"{name}/grad.{key}"], grad.reshape(-1), atol=1e-6, rtol=1e-4), key

@@ -259,3 +259,28 @@ def test_lora_trains_only_adapters_and_the_export_merges_them(tmp_path, build, m
     assert after.keys() <= before.keys()  # the base's weights, no adapter tensors
     changed = {k for k in after if not torch.equal(after[k], before[k])}
     assert changed and all(k.rsplit(".", 2)[-2] in targets for k in changed)  # only adapted layers moved
+
+
+def test_matryoshka_runs_report_each_dimension_and_export_the_full_one(tmp_path, build, minilm_path):
+    from sentence_transformers import SentenceTransformer
+
+    from neoembed.recipes import RecipeError
+
+    base = tiny_encoder_dir(tmp_path, minilm_path)  # 32-dimensional
+    settings = recipe(build, base, tmp_path / "run", max_steps=1)
+    settings["eval"] = {"kind": "records", "path": str(build), "source": "beta", "queries": 8, "corpus": 16}
+    settings["loss"] = {"matryoshka_dims": [64, 16]}
+    with pytest.raises(RecipeError, match="64 exceeds the model's 32-dimensional"):
+        run_contrastive(ContrastiveSettings.model_validate(settings))
+    settings["loss"] = {"matryoshka_dims": [32, 16, 8], "mini_batch_size": 2}
+    summary = run_contrastive(ContrastiveSettings.model_validate(settings))
+    for stage in ("eval_before", "eval_after"):
+        assert {"ndcg@10", "ndcg@10_dim16", "ndcg@10_dim8"} <= summary[stage].keys()
+        assert "ndcg@10_dim32" not in summary[stage]  # the full dimension is scored once
+    export = Path(summary["export"])
+    card = (export / "README.md").read_text()
+    assert "Matryoshka embeddings at 32, 16, 8 dimensions" in card and "ndcg@10_dim8" in card
+    model = SentenceTransformer(str(export), device="cpu")
+    assert model.truncate_dim is None and model.encode(TEXTS).shape == (len(TEXTS), 32)
+    short = SentenceTransformer(str(export), device="cpu", truncate_dim=8).encode(TEXTS)
+    assert short.shape == (len(TEXTS), 8)

@@ -78,6 +78,14 @@ def model_card(card: dict, prompts: dict[str, str]) -> str:
         if adapter
         else ""
     )
+    dims = card.get("matryoshka_dims")
+    matryoshka = (
+        f"\nTrained as Matryoshka embeddings at {', '.join(map(str, dims))} dimensions: the full embedding is the "
+        "default; for a shorter one keep its first d values, e.g. "
+        f'`SentenceTransformer("{card["name"]}", truncate_dim={min(dims)})`.'
+        if dims
+        else ""
+    )
     return f"""---
 library_name: sentence-transformers
 pipeline_tag: sentence-similarity
@@ -90,7 +98,7 @@ base_model: {card["base_model"]}
 A sentence embedder fine-tuned by `neoembed contrastive` from **{card["base_model"]}** with InfoNCE (cosine
 similarity / temperature {card["temperature"]}, in-batch and hard negatives, one source per step) for
 **{card["steps"]} steps**{lora}. Embeddings are {card["dimension"]}-dimensional, {card["pooling"]}-pooled{" and L2-normalised" if card["normalized"] else ""};
-inputs are truncated at {card["max_length"]} tokens.
+inputs are truncated at {card["max_length"]} tokens.{matryoshka}
 
 ```python
 from sentence_transformers import SentenceTransformer

@@ -68,6 +68,8 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
         self.gather = gather
         self.cached = mini_batch_size is not None
         self.mini_batch_size = mini_batch_size or 0
+        # CachedLossMixin says True for the class; MatryoshkaLoss reads it to pick how it wraps this loss.
+        self.uses_gradient_cache = self.cached
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
@@ -132,3 +134,18 @@ def _duplicates(candidate_keys: Tensor, target_keys: Tensor, targets: Tensor) ->
     mask = copies_of_target | repeated[None, :]
     mask[torch.arange(len(targets), device=mask.device), targets] = False
     return mask
+
+
+def with_matryoshka(
+    model, loss: InfoNCELoss, dims: list[int], weights: list[float] | None = None
+) -> nn.Module:
+    """`loss` summed (weighted) over the embeddings truncated to each of `dims` and re-normalised.
+
+    sentence-transformers' MatryoshkaLoss fits as it is: without caching it truncates the model's output per
+    dimension (one forward pass), and with GradCache it wraps `calculate_loss`, which receives the truncated
+    cached embeddings and gathers them across ranks itself; both paths are tested against each other and
+    against 2 ranks.
+    """
+    from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
+
+    return MatryoshkaLoss(model, loss, dims, weights)

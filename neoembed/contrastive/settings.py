@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -47,6 +47,17 @@ class LossSettings(StrictSettings):
     symmetric: bool = False  # add the document-to-query term
     gather: bool = True  # score against the embeddings of every rank
     mini_batch_size: int | None = Field(default=None, gt=0)  # GradCache chunk size; None: no caching
+    # e.g. [384, 256, 128, 64]: InfoNCE summed over embeddings truncated to each size (Matryoshka); None: off
+    matryoshka_dims: list[Annotated[int, Field(gt=0)]] | None = None
+    matryoshka_weights: list[float] | None = None  # one per dimension; None: 1 each
+
+    @model_validator(mode="after")
+    def _weights_match_dims(self):
+        if self.matryoshka_weights is not None and len(self.matryoshka_weights) != len(
+            self.matryoshka_dims or []
+        ):
+            raise ValueError("matryoshka_weights needs one weight per entry of matryoshka_dims")
+        return self
 
 
 class OptimSettings(StrictSettings):

@@ -22,12 +22,12 @@ from neoembed.contrastive.data import load_training_sources, row_texts
 from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
 from neoembed.contrastive.export import export_model
 from neoembed.contrastive.lora import add_lora
-from neoembed.contrastive.loss import InfoNCELoss
+from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 from neoembed.contrastive.model import build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.embedder import MINILM_ALIASES
-from neoembed.recipes import dump_recipe
+from neoembed.recipes import RecipeError, dump_recipe
 from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
 
 
@@ -132,8 +132,13 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         gather=settings.loss.gather,
         mini_batch_size=settings.loss.mini_batch_size,
     )
+    dims = matryoshka_dims(settings, model.get_embedding_dimension())
+    if dims:
+        loss = with_matryoshka(model, loss, dims, settings.loss.matryoshka_weights)
     evaluator = build_evaluator(
-        settings.eval, prompts.resolve(settings.data.prompts, evaluated_source(settings.eval))
+        settings.eval,
+        prompts.resolve(settings.data.prompts, evaluated_source(settings.eval)),
+        [d for d in dims if d != model.get_embedding_dimension()],
     )
     columns = {name: d.column_names for name, d in sources.items()}
     args = training_arguments(
@@ -153,6 +158,16 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         settings=settings,
         callbacks=[TimeBudget(train.max_minutes)] if train.max_minutes else None,
     )
+
+
+def matryoshka_dims(settings: ContrastiveSettings, dimension: int) -> list[int]:
+    """The recipe's Matryoshka dimensions, each at most the model's embedding `dimension`."""
+    dims = settings.loss.matryoshka_dims or []
+    if any(d > dimension for d in dims):
+        raise RecipeError(
+            f"loss.matryoshka_dims {dims}: {max(dims)} exceeds the model's {dimension}-dimensional embeddings"
+        )
+    return dims
 
 
 def run_contrastive(settings: ContrastiveSettings) -> dict:
@@ -188,12 +203,18 @@ def _card(settings, model, sources, summary, evals) -> dict:
         "temperature": settings.loss.temperature,
         "steps": summary["steps"],
         "dimension": model.get_embedding_dimension(),
+        "matryoshka_dims": settings.loss.matryoshka_dims,
         "pooling": pooling,
         "max_length": model.max_seq_length,
         "data_path": settings.data.path,
         "sources": {name: len(d) for name, d in sources.items()},
         "eval_name": f"held-out {settings.eval.kind} retrieval",
-        "metric_names": ["ndcg@10", "recall@1", "recall@10", "recall@100"],
+        "metric_names": ["ndcg@10", "recall@1", "recall@10", "recall@100"]
+        + [
+            f"ndcg@10_dim{d}"
+            for d in settings.loss.matryoshka_dims or []
+            if d != model.get_embedding_dimension()
+        ],
         "eval": {k: v for k, v in evals.items() if v},
         "recipe": settings.model_dump(mode="json"),
     }
