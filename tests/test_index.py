@@ -9,8 +9,9 @@ import pytest
 
 from neoembed.bench.index import structured_vectors
 from neoembed.faiss_setup import faiss, set_threads
-from neoembed.index import CorpusError, choose_factory, read_corpus
+from neoembed.index import CorpusError, CorpusReader, choose_factory
 from neoembed.index.factory import search_parameter
+from neoembed.index.store import DocStore
 from neoembed.index.tune import drop_self, exact_neighbors, measure, recall_at_k, tune
 
 
@@ -79,6 +80,13 @@ def test_auto_factory_follows_size_and_memory():
         faiss.index_factory(384, choose_factory(n, 384, mem)[0])  # every choice is a valid factory string
 
 
+def _stored(sources, tmp_path, name="docs.sqlite"):
+    """Stream `sources` into a new document store: (reader, store, count)."""
+    reader, store = CorpusReader(sources), DocStore(tmp_path / name)
+    count, _ = store.add_corpus(reader, 0)
+    return reader, store, count
+
+
 def test_corpus_formats_skips_and_metadata(tmp_path):
     (tmp_path / "a.jsonl").write_text(
         json.dumps({"id": 7, "text": "first", "lang": "en"}) + "\n{broken\n\n"
@@ -88,29 +96,58 @@ def test_corpus_formats_skips_and_metadata(tmp_path):
     pq.write_table(pa.table({"id": ["p1", "p2"], "text": ["para one", "para two"], "year": [2020, 2021]}),
                    tmp_path / "b.parquet")  # fmt: skip
     (tmp_path / "c.txt").write_text("line one\n\nline three\n")
-    corpus = read_corpus([tmp_path / "a.jsonl", tmp_path / "b.parquet", tmp_path / "c.txt"])
-    assert [d.id for d in corpus.documents] == ["7", "a.jsonl:5", "p1", "p2", "c:1", "c:3"]
-    assert corpus.documents[0].metadata == {"lang": "en"} and corpus.documents[3].metadata == {"year": 2021}
-    assert len(corpus.skipped) == 2
-    assert corpus.skipped[0].startswith("a.jsonl:2: invalid JSON")
-    assert corpus.skipped[1].startswith("a.jsonl:4:") and "'text'" in corpus.skipped[1]
+    reader, store, count = _stored(
+        [tmp_path / "a.jsonl", tmp_path / "b.parquet", tmp_path / "c.txt"], tmp_path
+    )
+    docs = store.get(list(range(count)))
+    assert [d.id for d in docs] == ["7", "a.jsonl:5", "p1", "p2", "c:1", "c:3"]
+    assert docs[0].metadata == {"lang": "en"} and docs[3].metadata == {"year": 2021}
+    assert store.texts(2, 6)[1:3] == ["para two", "line one"]
+    assert reader.skipped == 2
+    assert reader.first_skipped[0].startswith("a.jsonl:2: invalid JSON")
+    assert reader.first_skipped[1].startswith("a.jsonl:4:") and "'text'" in reader.first_skipped[1]
     # A directory reads every corpus file inside it, in name order.
-    assert [d.id for d in read_corpus([tmp_path]).documents] == [d.id for d in corpus.documents]
+    assert [d.id for _, d in CorpusReader([tmp_path])] == [d.id for d in docs]
+
+
+def test_corpus_streams_into_the_store_in_chunks(tmp_path, monkeypatch):
+    """More documents than one chunk: all stored in order, the skips counted, only the first ones kept."""
+    from neoembed.index import corpus as corpus_module
+    from neoembed.index import store as store_module
+
+    monkeypatch.setattr(store_module, "STORE_CHUNK", 7)
+    monkeypatch.setattr(corpus_module, "SKIPS_KEPT", 3)
+    lines = [json.dumps({"id": f"d{i}", "text": f"text {i}"}) if i % 5 else "{bad" for i in range(1, 51)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    reader, store, count = _stored([tmp_path / "a.jsonl"], tmp_path)
+    assert count == 40 and reader.skipped == 10 and len(reader.first_skipped) == 3
+    assert reader.first_skipped[2].startswith("a.jsonl:15: invalid JSON")
+    assert [d.id for batch in store.iter_batches(9) for d in batch] == [
+        f"d{i}" for i in range(1, 51) if i % 5
+    ]
+    # A duplicate in a later chunk names where its first copy was, found by reading the corpus again.
+    (tmp_path / "b.jsonl").write_text(json.dumps({"id": "d3", "text": "again"}) + "\n")
+    with pytest.raises(CorpusError, match=r"duplicate document id 'd3' at b.jsonl:1 \(first at a.jsonl:3\)"):
+        _stored([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path, "other.sqlite")
+    # Against documents already in the store (an index being added to): named as already there.
+    with pytest.raises(CorpusError, match=rf"document id 'd3' at b.jsonl:1 is already in {tmp_path}"):
+        store.add_corpus(CorpusReader([tmp_path / "b.jsonl"]), count)
 
 
 def test_corpus_errors_name_the_problem(tmp_path):
     (tmp_path / "a.jsonl").write_text(json.dumps({"id": "d1", "text": "t"}) + "\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"id": "d1", "text": "u"}) + "\n")
     with pytest.raises(CorpusError, match=r"duplicate document id 'd1' at b.jsonl:1 \(first at a.jsonl:1\)"):
-        read_corpus([tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
+        _stored([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path)
     (tmp_path / "empty.jsonl").write_text("\n{}\n")
     with pytest.raises(CorpusError, match=r"empty corpus.*empty.jsonl \(1 rows skipped\)"):
-        read_corpus([tmp_path / "empty.jsonl"])
+        _stored([tmp_path / "empty.jsonl"], tmp_path, "empty.sqlite")
+    # Files are checked when the reader is made, before anything is read or stored.
     with pytest.raises(CorpusError, match="not found"):
-        read_corpus([tmp_path / "missing.jsonl"])
+        CorpusReader([tmp_path / "a.jsonl", tmp_path / "missing.jsonl"])
     (tmp_path / "d.csv").write_text("id,text\n")
     with pytest.raises(CorpusError, match="unknown corpus format '.csv'"):
-        read_corpus([tmp_path / "d.csv"])
+        CorpusReader([tmp_path / "d.csv"])
     (tmp_path / "bad.parquet").write_text("not parquet")
     with pytest.raises(CorpusError, match="bad.parquet: not a readable parquet file"):
-        read_corpus([tmp_path / "bad.parquet"])
+        list(CorpusReader([tmp_path / "bad.parquet"]))

@@ -173,7 +173,7 @@ def test_add_then_search_finds_the_new_documents(built, tmp_path, factory):
         "77 vectors <= 50000: exact search is fast enough" if factory == "Flat" else "given by --factory"
     )
     assert manifest.factory_reason == expected
-    with pytest.raises(IndexingError, match="5 document ids are already in .*new-chess-0"):
+    with pytest.raises(IndexingError, match=r"document id 'new-chess-0' at new.jsonl:1 is already in "):
         add_documents(directory, [new], threads=2)
 
 
@@ -280,6 +280,9 @@ def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         build_index([corpus], tmp_path / "index", threads=2, tune_queries=60)
     assert not (tmp_path / "index" / "manifest.json").exists()
+    other = _write_corpus(tmp_path / "other.jsonl", {"music": TOPICS["music"]}, 3)
+    with pytest.raises(IndexingError, match="holds an unfinished build of another corpus"):
+        build_index([other], tmp_path / "index", threads=2)  # refused, and the unfinished build kept
     embedded.clear()
     monkeypatch.setattr(
         embedding_file,

@@ -8,7 +8,7 @@ faiss is imported through `neoembed.faiss_setup`, which sets the BLAS core type 
 """
 
 from neoembed.index.build import add_documents, build_index, rebuild_index
-from neoembed.index.corpus import Document, read_corpus
+from neoembed.index.corpus import CorpusReader, Document
 from neoembed.index.errors import CorpusError, IndexingError, IndexMismatchError
 from neoembed.index.export import export_index
 from neoembed.index.factory import choose_factory
@@ -17,6 +17,7 @@ from neoembed.index.search import Hit, SearchIndex, load_index
 
 __all__ = [
     "CorpusError",
+    "CorpusReader",
     "Document",
     "Hit",
     "IndexMismatchError",
@@ -28,6 +29,5 @@ __all__ = [
     "choose_factory",
     "export_index",
     "load_index",
-    "read_corpus",
     "rebuild_index",
 ]

@@ -1,7 +1,8 @@
 """Build an index directory from a corpus, and add documents to one.
 
-build: read the corpus -> store documents -> embed (resumable) -> choose the factory -> train on a sample
--> add -> tune the search parameter on held-out corpus queries -> write index and manifest.
+build: stream the corpus into the document store -> choose the factory -> embed the stored texts
+(resumable) -> train on a sample -> add -> tune the search parameter on held-out corpus queries -> write the
+index and the manifest.
 The manifest is written last and names the index file, so it is the commit point: a crash at any step
 leaves either no manifest (the build can be rerun and resumes embedding) or the previous consistent state
 (an add rerun with the same documents resumes its embedding the same way).
@@ -9,9 +10,9 @@ leaves either no manifest (the build can be rerun and resumes embedding) or the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from tqdm.auto import tqdm
 from neoembed.embedding_file import embed_to_file, read_vectors, trim_vectors
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
-from neoembed.index.corpus import Corpus, Document, read_corpus
+from neoembed.index.corpus import CorpusReader
 from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import choose_factory, faiss_metric
 from neoembed.index.manifest import (
@@ -45,33 +46,50 @@ EMBED_CHUNK = 2048  # documents embedded, then appended to the vector file, per 
 MIN_TRAIN = 100_000
 
 
-def _report_skips(corpus: Corpus, directory: Path) -> None:
+def _report_skips(corpus: CorpusReader, directory: Path) -> None:
     if corpus.skipped:
-        shown = "; ".join(corpus.skipped[:5])
-        log.warning("skipped %d unreadable rows (first: %s)", len(corpus.skipped), shown)
+        shown = "; ".join(corpus.first_skipped[:5])
+        log.warning("skipped %d unreadable rows (first: %s)", corpus.skipped, shown)
         append_log(
-            directory, {"step": "read", "skipped": len(corpus.skipped), "first_skipped": corpus.skipped[:20]}
+            directory, {"step": "read", "skipped": corpus.skipped, "first_skipped": corpus.first_skipped}
         )
 
 
-def _corpus_digest(documents: list[Document]) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    for doc in documents:
-        digest.update(doc.id.encode() + b"\0" + doc.text.encode() + b"\0")
-    return digest.hexdigest()
-
-
-def _prepare_out_dir(out: Path, state: dict) -> None:
-    """Create `out`, or find the unfinished build of the same corpus and model there (its vectors resume)."""
+def _open_out_dir(out: Path, model_state: dict) -> dict | None:
+    """Create `out` (returns None), or return the state of the unfinished build there, which must be of the
+    same model; the state file is written first, so a crash at any later point leaves a resumable build."""
+    state_path = out / STATE_FILE
     if out.exists() and any(out.iterdir()):
-        state_path = out / STATE_FILE
-        if not state_path.exists() or json.loads(state_path.read_text()) != state:
-            raise IndexingError(f"{out} is not empty and holds no unfinished build of this corpus and model")
-        (out / STORE_FILE).unlink(missing_ok=True)
+        if not state_path.exists():
+            raise IndexingError(f"{out} is not empty and holds no unfinished build; choose another --out")
+        previous = json.loads(state_path.read_text())
+        if {key: previous.get(key) for key in model_state} != model_state:
+            raise IndexingError(f"{out} holds an unfinished build with another model or metric")
         log.info("resuming an unfinished build")
-        return
+        return previous
     out.mkdir(parents=True, exist_ok=True)
-    (out / STATE_FILE).write_text(json.dumps(state))
+    state_path.write_text(json.dumps(model_state))  # the corpus digest follows once it is read
+    return None
+
+
+def _store_corpus(out: Path, corpus: CorpusReader, previous: dict | None, model_state: dict) -> int:
+    """Stream the corpus into a new document store; an unfinished build's vectors are kept only when they
+    were made from the same documents. Returns the number of documents."""
+    staging = out / (STORE_FILE + ".tmp")  # the store replaced only once the corpus read without error
+    staging.unlink(missing_ok=True)
+    store = DocStore(staging)
+    try:
+        n, digest = store.add_corpus(corpus, 0)
+    finally:
+        store.close()
+    if previous is not None and previous.get("corpus") not in (None, digest):
+        staging.unlink()
+        raise IndexingError(
+            f"{out} holds an unfinished build of another corpus: rerun that, or choose another --out"
+        )
+    os.replace(staging, out / STORE_FILE)
+    (out / STATE_FILE).write_text(json.dumps(model_state | {"corpus": digest}))
+    return n
 
 
 def _embed(embedder, texts, out: Path, *, normalize: bool, batch_size: int, offset: int = 0) -> None:
@@ -84,16 +102,16 @@ def _embed(embedder, texts, out: Path, *, normalize: bool, batch_size: int, offs
                   normalize=normalize, offset=offset, on_chunk=on_chunk)  # fmt: skip
 
 
-def _empty_index(factory: str, dim: int, metric: str, n: int):
-    """The untrained index for `factory`, checked before any embedding work is spent on it."""
+def _empty_index(factory: str, dim: int, metric: str, n: int | None = None):
+    """The untrained index for `factory`, checked before any corpus or embedding work is spent on it:
+    the factory string, and where `n` is given, that `n` vectors are enough to train it."""
     try:
         index = faiss.index_factory(dim, factory, faiss_metric(metric))
     except RuntimeError as err:
         raise IndexingError(f"invalid --factory {factory!r}: {str(err).strip().splitlines()[-1]}") from err
-    nlist = _nlist(index)
-    if n < nlist:
+    if n is not None and n < _nlist(index):
         raise IndexingError(
-            f"factory {factory!r} needs at least {nlist} vectors to train, the corpus has {n}"
+            f"factory {factory!r} needs at least {_nlist(index)} vectors to train, the corpus has {n}"
         )
     return index
 
@@ -190,25 +208,27 @@ def build_index(
     if (out / MANIFEST_FILE).exists():
         raise IndexingError(f"{out} already holds an index: use `neoembed index add` or choose another --out")
     threads = set_threads(threads)
-    corpus = read_corpus(sources, id_field=id_field, text_field=text_field)
-    docs = corpus.documents
+    corpus = CorpusReader(sources, id_field=id_field, text_field=text_field)  # checks every file exists
     embedder, fingerprint = encode.load_model(model)
     dim = encode.dimension(embedder)
+    if factory != "auto":
+        _empty_index(factory, dim, metric)
+    normalized = metric == "cosine"
+    model_state = {"model_fingerprint": fingerprint, "dimension": dim, "normalized": normalized}
+    previous = _open_out_dir(out, model_state)
+    n = _store_corpus(out, corpus, previous, model_state)
+    _report_skips(corpus, out)
     reason = GIVEN
     if factory == "auto":
-        factory, reason = choose_factory(len(docs), dim, memory_bytes)
-    index = _empty_index(factory, dim, metric, len(docs))
-    normalized = metric == "cosine"
-    state = {"model_fingerprint": fingerprint, "dimension": dim, "normalized": normalized,
-             "corpus": _corpus_digest(docs)}  # fmt: skip
-    _prepare_out_dir(out, state)
-    _report_skips(corpus, out)
-    _embed(embedder, [d.text for d in docs], out, normalize=normalized, batch_size=batch_size)
-    store = DocStore(out / STORE_FILE)
-    store.append(docs, 0)
-    store.close()
+        factory, reason = choose_factory(n, dim, memory_bytes)
+    index = _empty_index(factory, dim, metric, n)
+    store = DocStore(out / STORE_FILE, readonly=True)
+    try:
+        _embed(embedder, store.texts(0, n), out, normalize=normalized, batch_size=batch_size)
+    finally:
+        store.close()
 
-    vectors = read_vectors(out / VECTORS_FILE, dim, len(docs))
+    vectors = read_vectors(out / VECTORS_FILE, dim, n)
     log.info("index %s: %s", factory, reason)
     _train_and_fill(index, factory, vectors, seed)
     fields = dict(model=model, model_fingerprint=fingerprint, dimension=dim, metric=metric, normalized=normalized,
@@ -268,28 +288,24 @@ def add_documents(
             f"model {name!r} (fingerprint {fingerprint}) is not the model the index in {out} was built with: "
             f"{manifest.model!r} (fingerprint {manifest.model_fingerprint}); its vectors would not be comparable"
         )
-    corpus = read_corpus(sources, id_field=id_field, text_field=text_field)
-    _report_skips(corpus, out)
-    docs, n, dim = corpus.documents, manifest.ntotal, manifest.dimension
+    corpus = CorpusReader(sources, id_field=id_field, text_field=text_field)
+    n, dim = manifest.ntotal, manifest.dimension
     store = DocStore(out / STORE_FILE)
     try:
         store.truncate(n)  # rows of an add that crashed before its manifest was written
-        present = store.existing_ids(d.id for d in docs)
-        if present:
-            raise IndexingError(f"{len(present)} document ids are already in {out}: {', '.join(present[:5])}")
-        state = {"add_to": n, "model_fingerprint": fingerprint, "corpus": _corpus_digest(docs)}
-        _resume_add(out, state, dim, n)
-        _embed(embedder, [d.text for d in docs], out, normalize=manifest.normalized, batch_size=batch_size,
+        added, digest = store.add_corpus(corpus, n)
+        _report_skips(corpus, out)
+        _resume_add(out, {"add_to": n, "model_fingerprint": fingerprint, "corpus": digest}, dim, n)
+        _embed(embedder, store.texts(n, n + added), out, normalize=manifest.normalized, batch_size=batch_size,
                offset=n)  # fmt: skip
-        store.append(docs, n)
     finally:
         store.close()
-    vectors = read_vectors(out / VECTORS_FILE, dim, n + len(docs))
+    vectors = read_vectors(out / VECTORS_FILE, dim, n + added)
     index = faiss.read_index(str(out / manifest.index_file))
     _train_and_fill(index, manifest.factory, vectors[n:], seed)  # trained already: adds only
     fields = dict(model=manifest.model, model_fingerprint=fingerprint, dimension=dim, metric=manifest.metric,
                   normalized=manifest.normalized, factory=manifest.factory,
-                  factory_reason=_grown_reason(manifest, n + len(docs)),
+                  factory_reason=_grown_reason(manifest, n + added),
                   previous_index_file=manifest.index_file)  # fmt: skip
     committed = _tune_and_commit(
         index, vectors, out, fields, manifest.tuning.target_recall, tune_queries, threads, seed

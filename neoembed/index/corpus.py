@@ -5,8 +5,10 @@ non-empty line, id `<file stem>:<line>`). The text is in `text_field` and the id
 has no id it gets `<file name>:<row>`); every other field is kept as metadata. The name `wordnet` reads
 the WordNet 3.0 synsets as documents (id = synset id, text = "lemmas: gloss").
 
+Documents are streamed, never held all at once: `CorpusReader` yields them one by one and the document
+store takes them a chunk at a time (`DocStore.add_corpus`), so a corpus larger than memory can be indexed.
 Rows that cannot be read (bad JSON, missing or empty text) are skipped and counted, with their location;
-duplicate ids and an empty corpus are errors.
+duplicate ids (the store's unique index finds them) and an empty corpus are errors.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from neoembed.index.errors import CorpusError
 
 WORDNET = "wordnet"
 SUFFIXES = (".jsonl", ".parquet", ".txt")
+SKIPS_KEPT = 20  # skipped rows whose location and reason are kept (all are counted)
 
 
 @dataclass(frozen=True)
@@ -27,12 +31,6 @@ class Document:
     id: str
     text: str
     metadata: dict = field(default_factory=dict)
-
-
-@dataclass
-class Corpus:
-    documents: list[Document]
-    skipped: list[str]  # "file:row: reason" for every row that was not read
 
 
 def _row_to_document(row: object, where: str, id_field: str, text_field: str) -> Document:
@@ -103,48 +101,61 @@ def _files(source: Path) -> list[Path]:
 
 
 def _rows(path: Path) -> Iterator[tuple[str, object]]:
-    if not path.is_file():
-        raise CorpusError(f"corpus file not found: {path}")
     readers = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows, ".txt": _txt_rows}
-    if path.suffix not in readers:
-        raise CorpusError(f"{path}: unknown corpus format {path.suffix!r}; use one of {', '.join(SUFFIXES)}")
     return readers[path.suffix](path)
 
 
-def _documents(
-    path: Path, id_field: str, text_field: str, skipped: list[str]
-) -> Iterator[tuple[str, Document]]:
-    for where, row in _rows(path):
-        try:
-            if isinstance(row, Exception):
-                raise row
-            yield where, _row_to_document(row, where, id_field, text_field)
-        except ValueError as err:
-            skipped.append(f"{where}: {err}")
+def _check(path: Path) -> Path:
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path}")
+    if path.suffix not in SUFFIXES:
+        raise CorpusError(f"{path}: unknown corpus format {path.suffix!r}; use one of {', '.join(SUFFIXES)}")
+    return path
 
 
-def read_corpus(sources: list[str | Path], *, id_field: str = "id", text_field: str = "text") -> Corpus:
-    """Read every document of `sources` (files, or "wordnet"), checking ids are unique across all of them."""
-    documents: list[Document] = []
-    skipped: list[str] = []
-    first_seen: dict[str, str] = {}
-    for source in sources:
-        if str(source) == WORDNET:
-            located = ((f"wordnet:{d.id}", d) for d in wordnet_documents())
-        else:
-            located = (
-                pair
-                for path in _files(Path(source))
-                for pair in _documents(path, id_field, text_field, skipped)
-            )
-        for where, doc in located:
-            if doc.id in first_seen:
-                raise CorpusError(
-                    f"duplicate document id {doc.id!r} at {where} (first at {first_seen[doc.id]})"
-                )
-            first_seen[doc.id] = where
-            documents.append(doc)
-    if not documents:
-        names = ", ".join(str(s) for s in sources) or "(no files given)"
-        raise CorpusError(f"empty corpus: no readable documents in {names} ({len(skipped)} rows skipped)")
-    return Corpus(documents, skipped)
+class CorpusReader:
+    """The documents of `sources` (files, directories of them, or "wordnet"), streamed as (location, Document).
+
+    Every file is checked (exists, known format) when the reader is made, before any document is read.
+    Each pass counts the rows it skips in `skipped` and keeps the first `SKIPS_KEPT` as "file:row: reason".
+    """
+
+    def __init__(self, sources: list[str | Path], *, id_field: str = "id", text_field: str = "text"):
+        self.sources = [str(s) for s in sources]
+        self.id_field, self.text_field = id_field, text_field
+        self._files = {s: [] if s == WORDNET else [_check(p) for p in _files(Path(s))] for s in self.sources}
+        self.skipped = 0
+        self.first_skipped: list[str] = []
+
+    def __iter__(self) -> Iterator[tuple[str, Document]]:
+        self.skipped, self.first_skipped = 0, []
+        for source in self.sources:
+            if source == WORDNET:
+                yield from ((f"wordnet:{d.id}", d) for d in wordnet_documents())
+                continue
+            for path in self._files[source]:
+                for where, row in _rows(path):
+                    try:
+                        if isinstance(row, Exception):
+                            raise row
+                        yield where, _row_to_document(row, where, self.id_field, self.text_field)
+                    except ValueError as err:
+                        self._skip(f"{where}: {err}")
+
+    def _skip(self, message: str) -> None:
+        self.skipped += 1
+        if len(self.first_skipped) < SKIPS_KEPT:
+            self.first_skipped.append(message)
+
+    def chunks(self, size: int) -> Iterator[list[tuple[str, Document]]]:
+        rows = iter(self)
+        while chunk := list(islice(rows, size)):
+            yield chunk
+
+    def location(self, number: int) -> str:
+        """Where the document `number` (0-based, in reading order) is: read again, for error messages."""
+        again = CorpusReader(self.sources, id_field=self.id_field, text_field=self.text_field)
+        return next(islice(again, number, None))[0]
+
+    def describe(self) -> str:
+        return ", ".join(self.sources) or "(no files given)"

@@ -10,14 +10,17 @@ interrupted build keeps its work.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from neoembed.index.corpus import Document
+from neoembed.index.corpus import CorpusReader, Document
+from neoembed.index.errors import CorpusError
 
+STORE_CHUNK = 10_000  # documents read and inserted per transaction
 _SCHEMA = "CREATE TABLE IF NOT EXISTS docs (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, metadata TEXT NOT NULL)"
 
 
@@ -33,16 +36,7 @@ class DocStore:
 
     def existing_ids(self, ids: Iterable[str]) -> list[str]:
         """The ids among `ids` that the store already holds."""
-        ids = list(ids)
-        found: list[str] = []
-        with self._lock:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                found += [
-                    r[0] for r in self._conn.execute(f"SELECT id FROM docs WHERE id IN ({marks})", chunk)
-                ]
-        return found
+        return [doc_id for doc_id, _ in self._positions(list(ids))]
 
     def append(self, documents: list[Document], start: int) -> None:
         """Store `documents` at positions start, start+1, ... in one transaction."""
@@ -51,6 +45,65 @@ class DocStore:
         )
         with self._lock, self._conn:
             self._conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)", rows)
+
+    def add_corpus(self, corpus: CorpusReader, start: int) -> tuple[int, str]:
+        """Stream `corpus` into positions start, start+1, ..., one transaction per chunk; return the number of
+        documents and a digest of their ids and texts. Duplicate ids, within the corpus or against the
+        documents before `start`, and an empty corpus are errors."""
+        digest, count = hashlib.blake2b(digest_size=16), 0
+        for chunk in corpus.chunks(STORE_CHUNK):
+            try:
+                self.append([doc for _, doc in chunk], start + count)
+            except sqlite3.IntegrityError:
+                raise self._duplicate(chunk, corpus, start) from None
+            for _, doc in chunk:
+                digest.update(doc.id.encode() + b"\0" + doc.text.encode() + b"\0")
+            count += len(chunk)
+        if count == 0:
+            raise CorpusError(
+                f"empty corpus: no readable documents in {corpus.describe()} ({corpus.skipped} rows skipped)"
+            )
+        return count, digest.hexdigest()
+
+    def _duplicate(self, chunk, corpus: CorpusReader, start: int) -> CorpusError:
+        """The error naming the first id of `chunk` (whose insert failed) that was seen before."""
+        stored = dict(self._positions([doc.id for _, doc in chunk]))
+        seen: dict[str, str] = {}
+        for where, doc in chunk:
+            if doc.id in seen:
+                first = seen[doc.id]
+            elif doc.id in stored and stored[doc.id] < start:
+                return CorpusError(f"document id {doc.id!r} at {where} is already in {self.path.parent}")
+            elif doc.id in stored:
+                first = corpus.location(stored[doc.id] - start)
+            else:
+                seen[doc.id] = where
+                continue
+            return CorpusError(f"duplicate document id {doc.id!r} at {where} (first at {first})")
+        raise AssertionError("the insert failed, yet no id of the chunk is a duplicate")
+
+    def _positions(self, ids: list[str]) -> list[tuple[str, int]]:
+        found = []
+        with self._lock:
+            for begin in range(0, len(ids), 500):
+                part = ids[begin : begin + 500]
+                marks = ",".join("?" * len(part))
+                found += self._conn.execute(
+                    f"SELECT id, pos FROM docs WHERE id IN ({marks})", part
+                ).fetchall()
+        return found
+
+    def texts(self, start: int, stop: int) -> TextView:
+        """The texts at positions start .. stop - 1, read from the store as they are sliced."""
+        return TextView(self, start, stop)
+
+    def text_range(self, start: int, stop: int) -> list[str]:
+        """The texts at positions start .. stop - 1, in order."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT text FROM docs WHERE pos >= ? AND pos < ? ORDER BY pos", (start, stop)
+            ).fetchall()
+        return [text for (text,) in rows]
 
     def truncate(self, rows: int) -> None:
         """Drop documents at positions >= rows (left by an interrupted add)."""
@@ -83,3 +136,19 @@ class DocStore:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class TextView(Sequence[str]):
+    """Texts of a store's position range as a sequence: slicing reads them, so they are never all in memory."""
+
+    def __init__(self, store: DocStore, start: int, stop: int):
+        self.store, self.start, self.stop = store, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, item):
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise TypeError("TextView supports contiguous slices only")
+        begin, end, _ = item.indices(len(self))
+        return self.store.text_range(self.start + begin, self.start + end)
