@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index.factory import choose_factory, ivf_lists, pq_subquantizers
+from neoembed.index.train import train_and_add
 from neoembed.index.tune import exact_neighbors, measure, tune
 
 COLUMNS = ["set", "factory", "auto", "build_s", "size_mb", "param", "recall_at_10", "qps_batch", "x_exact_batch",
@@ -71,12 +72,7 @@ def _bench_set(name: str, base: np.ndarray, queries: np.ndarray, target: float) 
     for factory in tqdm(factories, desc=f"{name}: candidates"):
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         start = time.perf_counter()
-        if not index.is_trained:
-            sample = np.random.default_rng(0).choice(
-                n, min(n, max(100_000, 64 * ivf_lists(n))), replace=False
-            )
-            index.train(base[np.sort(sample)])
-        index.add(base)
+        train_and_add(index, base)  # the sample rule of `neoembed index build`
         build_s = time.perf_counter() - start
         params, _, curve = tune(index, queries, truth, target)
         # Re-time the chosen setting, then exact search right after it: other processes' load changes

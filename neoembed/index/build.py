@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from neoembed.embedding_file import embed_to_file, read_vectors, trim_vectors
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
 from neoembed.index.corpus import CorpusReader
 from neoembed.index.errors import IndexingError, IndexMismatchError
-from neoembed.index.factory import choose_factory, faiss_metric
+from neoembed.index.factory import choose_factory, faiss_metric, nlist
 from neoembed.index.manifest import (
     MANIFEST_FILE,
     METRICS,
@@ -35,15 +34,14 @@ from neoembed.index.manifest import (
     append_log,
 )
 from neoembed.index.store import DocStore
+from neoembed.index.train import train_and_add
 from neoembed.index.tune import exact_neighbors, tune
 
 log = logging.getLogger("neoembed.index")
 
 STATE_FILE = "build_state.json"  # present only while a build or add is unfinished: what its vectors are
 GIVEN = "given by --factory"
-ADD_CHUNK = 100_000
 EMBED_CHUNK = 2048  # documents embedded, then appended to the vector file, per step
-MIN_TRAIN = 100_000
 
 
 def _report_skips(corpus: CorpusReader, directory: Path) -> None:
@@ -109,29 +107,11 @@ def _empty_index(factory: str, dim: int, metric: str, n: int | None = None):
         index = faiss.index_factory(dim, factory, faiss_metric(metric))
     except RuntimeError as err:
         raise IndexingError(f"invalid --factory {factory!r}: {str(err).strip().splitlines()[-1]}") from err
-    if n is not None and n < _nlist(index):
+    lists = nlist(index) or 0
+    if n is not None and n < lists:
         raise IndexingError(
-            f"factory {factory!r} needs at least {_nlist(index)} vectors to train, the corpus has {n}"
+            f"factory {factory!r} needs at least {lists} vectors to train, the corpus has {n}"
         )
-    return index
-
-
-def _nlist(index) -> int:
-    try:
-        return faiss.extract_index_ivf(index).nlist
-    except RuntimeError:  # not an IVF index
-        return 0
-
-
-def _train_and_fill(index, factory: str, vectors: np.ndarray, seed: int):
-    n = len(vectors)
-    if not index.is_trained:
-        size = min(n, max(MIN_TRAIN, 64 * _nlist(index)))
-        rows = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
-        log.info("training %s on %d of %d vectors", factory, size, n)
-        index.train(np.ascontiguousarray(vectors[rows]))
-    for begin in tqdm(range(0, n, ADD_CHUNK), desc="adding to index", unit="chunk", disable=n <= ADD_CHUNK):
-        index.add(np.ascontiguousarray(vectors[begin : begin + ADD_CHUNK]))
     return index
 
 
@@ -230,7 +210,7 @@ def build_index(
 
     vectors = read_vectors(out / VECTORS_FILE, dim, n)
     log.info("index %s: %s", factory, reason)
-    _train_and_fill(index, factory, vectors, seed)
+    train_and_add(index, vectors, seed=seed)
     fields = dict(model=model, model_fingerprint=fingerprint, dimension=dim, metric=metric, normalized=normalized,
                   factory=factory, factory_reason=reason)  # fmt: skip
     manifest = _tune_and_commit(index, vectors, out, fields, target_recall, tune_queries, threads, seed)
@@ -302,7 +282,7 @@ def add_documents(
         store.close()
     vectors = read_vectors(out / VECTORS_FILE, dim, n + added)
     index = faiss.read_index(str(out / manifest.index_file))
-    _train_and_fill(index, manifest.factory, vectors[n:], seed)  # trained already: adds only
+    train_and_add(index, vectors[n:])  # trained already: adds only
     fields = dict(model=manifest.model, model_fingerprint=fingerprint, dimension=dim, metric=manifest.metric,
                   normalized=manifest.normalized, factory=manifest.factory,
                   factory_reason=_grown_reason(manifest, n + added),
@@ -333,9 +313,8 @@ def rebuild_index(
     reason = GIVEN
     if factory == "auto":
         factory, reason = choose_factory(manifest.ntotal, manifest.dimension, memory_bytes)
-    index = _train_and_fill(
-        _empty_index(factory, manifest.dimension, manifest.metric, manifest.ntotal), factory, vectors, seed
-    )
+    index = _empty_index(factory, manifest.dimension, manifest.metric, manifest.ntotal)
+    train_and_add(index, vectors, seed=seed)
     fields = dict(model=manifest.model, model_fingerprint=manifest.model_fingerprint, dimension=manifest.dimension,
                   metric=manifest.metric, normalized=manifest.normalized, factory=factory, factory_reason=reason,
                   previous_index_file=manifest.index_file)  # fmt: skip

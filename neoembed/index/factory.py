@@ -71,14 +71,19 @@ def faiss_metric(metric: str) -> int:
     return faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
 
 
+def nlist(index) -> int | None:
+    """The number of inverted lists of an IVF index (also one wrapped in a pre-transform); None otherwise."""
+    try:
+        return faiss.extract_index_ivf(index).nlist
+    except RuntimeError:  # not an IVF index
+        return None
+
+
 def search_parameter(index) -> tuple[str | None, list[int]]:
     """The name of the index's speed/recall knob and the values to try, in increasing cost."""
-    try:
-        nlist = faiss.extract_index_ivf(index).nlist
-    except RuntimeError:  # not an IVF index
-        nlist = None
-    if nlist is not None:
-        return "nprobe", [2**i for i in range(int(math.log2(nlist)) + 1)]
+    lists = nlist(index)
+    if lists is not None:
+        return "nprobe", [2**i for i in range(int(math.log2(lists)) + 1)]
     if isinstance(faiss.downcast_index(index), faiss.IndexHNSW):
         return "efSearch", [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
     return None, []
