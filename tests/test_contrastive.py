@@ -6,13 +6,15 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from datasets import Dataset
 from torch.utils.data import ConcatDataset
 
-from neoembed.contrastive.data import ContrastiveDataError, load_training_sources
+from neoembed.contrastive.data import ContrastiveDataError, load_training_sources, row_keys, text_key
 from neoembed.contrastive.loss import InfoNCELoss, token_keys, with_matryoshka
 from neoembed.contrastive.model import BaseModelError, build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler, SamplerError
@@ -173,9 +175,14 @@ class _Rows(torch.utils.data.Dataset):
 
 
 def make_sampler(rows, *, alpha=0.5, world_size=1, grad_accum=1, batch_size=4, seed=0, texts=None):
+    """The sampler over sources of `rows` rows; `texts(source, row)` gives a row's texts (default: unique)."""
     dataset = ConcatDataset([_Rows(n) for n in rows])
     batch_samplers = [torch.utils.data.BatchSampler(range(n), batch_size, drop_last=True) for n in rows]
     texts = texts or (lambda source, row: (f"{source}-{row}",))
+    keys = [
+        row_keys(Dataset.from_list([{f"text_{i}": t for i, t in enumerate(texts(s, r))} for r in range(n)]))
+        for s, n in enumerate(rows)
+    ]
     return HomogeneousBatchSampler(
         dataset,
         batch_samplers,
@@ -184,7 +191,7 @@ def make_sampler(rows, *, alpha=0.5, world_size=1, grad_accum=1, batch_size=4, s
         alpha=alpha,
         world_size=world_size,
         grad_accum=grad_accum,
-        texts=texts,
+        keys=lambda source, row: keys[source][row].tolist(),
     )
 
 
@@ -217,14 +224,25 @@ def test_sampler_draws_sources_proportional_to_rows_to_the_alpha(alpha):
 
 
 def test_sampler_keeps_duplicate_texts_out_of_a_batch():
-    def texts(source, row):  # only five distinct queries
-        return (f"query {row % 5}", f"positive {row}")
+    def texts(source, row):  # only five distinct queries, written in different case and spacing
+        return (f"Query  {row % 5}" if row % 2 else f"query {row % 5}", f"positive {row}")
 
     sampler = make_sampler([50], batch_size=5, texts=texts)
     for batch in sampler:
         assert len({row % 5 for row in batch}) == 5
     with pytest.raises(SamplerError, match="distinct"):
         list(make_sampler([50], batch_size=6, texts=texts))
+
+
+def test_text_keys_are_fixed_size_and_equal_only_for_the_same_normalised_text():
+    long = "word " * 5000
+    rows = Dataset.from_dict(
+        {"query": ["A  cat", "a dog", long], "positive": ["a cat", "A DOG ", long + "!"]}
+    )
+    keys = row_keys(rows)
+    assert keys.shape == (3, 2) and keys.dtype == np.int64 and keys.nbytes == 3 * 2 * 8
+    assert keys[0, 0] == keys[0, 1] == text_key("a cat") and keys[1, 0] == keys[1, 1]
+    assert len(set(keys[:, 0].tolist())) == 3 and keys[2, 0] != keys[2, 1]
 
 
 def test_records_become_fixed_negative_columns_padded_with_the_positive(tmp_path):

@@ -7,7 +7,8 @@ mixes sources inside the gathered InfoNCE batch. This sampler draws one source p
 world_size x grad_accum batches from a generator seeded only by (seed, epoch), so every rank computes the same
 sequence, and accelerate's dealing (batch i -> rank i % world_size) hands each rank its part of the group.
 Rows whose texts already occur in the group are deferred to the source's next group: no text repeats inside
-a global batch.
+a global batch. Texts are compared by fixed-size keys (`data.text_key`, 8-byte digests of the normalised text),
+so the check holds 8 bytes a text in memory rather than the text.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def source_probabilities(rows: Sequence[int], alpha: float) -> np.ndarray:
 class HomogeneousBatchSampler(MultiDatasetDefaultBatchSampler):
     """Yields per-rank batches of indices into the ConcatDataset of the sources (see the module docstring).
 
-    `texts(source_index, row) -> tuple[str, ...]` gives a row's texts for the duplicate check.
+    `keys(source_index, row) -> sequence of ints` gives the keys of a row's texts for the duplicate check.
     """
 
     def __init__(
@@ -44,7 +45,7 @@ class HomogeneousBatchSampler(MultiDatasetDefaultBatchSampler):
         alpha: float,
         world_size: int,
         grad_accum: int,
-        texts: Callable[[int, int], tuple[str, ...]],
+        keys: Callable[[int, int], Sequence[int]],
         names: Sequence[str] = (),
     ) -> None:
         super().__init__(dataset, batch_samplers, generator, seed)
@@ -54,7 +55,7 @@ class HomogeneousBatchSampler(MultiDatasetDefaultBatchSampler):
         self.offsets = np.concatenate([[0], np.cumsum(self.rows)[:-1]])
         self.batches_per_group = world_size * grad_accum
         self.group_rows = self.batch_size * self.batches_per_group
-        self.texts = texts
+        self.keys = keys
 
     def __len__(self) -> int:
         """Per epoch: as many groups as the rows cover (at least one)."""
@@ -71,7 +72,7 @@ class HomogeneousBatchSampler(MultiDatasetDefaultBatchSampler):
                 yield [offset + i for i in group[start : start + self.batch_size]]
 
     def _group(self, source: int, queue: _RowQueue) -> list[int]:
-        seen: set[str] = set()
+        seen: set[int] = set()
         group: list[int] = []
         deferred: list[int] = []
         tried = 0
@@ -83,9 +84,9 @@ class HomogeneousBatchSampler(MultiDatasetDefaultBatchSampler):
                 )
             row = queue.pop()
             tried += 1
-            texts = self.texts(source, row)
-            if seen.isdisjoint(texts):
-                seen.update(texts)
+            keys = self.keys(source, row)
+            if seen.isdisjoint(keys):
+                seen.update(keys)
                 group.append(row)
             else:
                 deferred.append(row)

@@ -18,7 +18,7 @@ from sentence_transformers import SentenceTransformerTrainer, SentenceTransforme
 from transformers import TrainerCallback, set_seed
 
 from neoembed.contrastive import prompts
-from neoembed.contrastive.data import load_training_sources, row_texts
+from neoembed.contrastive.data import load_training_sources, row_keys
 from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
 from neoembed.contrastive.export import export_model
 from neoembed.contrastive.lora import add_lora
@@ -50,13 +50,14 @@ class TimeBudget(TrainerCallback):
 class ContrastiveTrainer(GuardedLogging, SentenceTransformerTrainer):
     """The sentence-transformers trainer with homogeneous batches and a metrics JSONL file."""
 
-    def __init__(self, *args, settings: ContrastiveSettings, **kwargs) -> None:
+    def __init__(self, *args, settings: ContrastiveSettings, text_keys: dict, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.settings = settings
+        self.text_keys = text_keys  # source -> (rows, columns) keys of its texts, for the sampler
         self.metrics_path = Path(self.args.output_dir) / "metrics.jsonl"
 
     def get_multi_dataset_batch_sampler(self, dataset, batch_samplers, generator=None, seed=0):
-        texts = [row_texts(d) for d in dataset.datasets]
+        keys = [self.text_keys[name] for name in self.train_dataset]
         return HomogeneousBatchSampler(
             dataset,
             batch_samplers,
@@ -65,7 +66,7 @@ class ContrastiveTrainer(GuardedLogging, SentenceTransformerTrainer):
             alpha=self.settings.data.alpha,
             world_size=self.args.world_size,
             grad_accum=self.args.gradient_accumulation_steps,
-            texts=lambda source, row: texts[source](row),
+            keys=lambda source, row: keys[source][row].tolist(),
             names=list(self.train_dataset.keys()),
         )
 
@@ -156,6 +157,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         loss=loss,
         evaluator=evaluator,
         settings=settings,
+        text_keys={name: row_keys(d) for name, d in sources.items()},  # before the trainer's transforms
         callbacks=[TimeBudget(train.max_minutes)] if train.max_minutes else None,
     )
 
