@@ -113,6 +113,28 @@ def test_search_ranks_the_matching_topic_first(built, factory):
     assert [b[0].metadata["topic"] for b in batch] == ["finance", "cooking"]
 
 
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+def test_ip_and_l2_indexes_score_and_rank_by_their_metric(tmp_path, metric):
+    corpus = _write_corpus(tmp_path / "docs.jsonl", TOPICS, per_topic=3)
+    manifest = build_index(
+        [corpus], tmp_path / metric, metric=metric, factory="HNSW8", threads=2, tune_queries=18
+    )
+    assert (manifest.metric, manifest.normalized) == (metric, False) and manifest.tuning.recall_at_10 >= 0.95
+    index = load_index(tmp_path / metric)
+    query = "which planets have moons and rings"
+    hits = index.search(query, k=6)
+    # Scores are the metric itself, recomputed here from the stored vectors and the query's embedding.
+    ids = [d.id for batch in index.store.iter_batches() for d in batch]
+    vectors, q = read_vectors(tmp_path / metric / "vectors.f32", 384), index.encode([query])[0]
+    exact = vectors @ q if metric == "ip" else ((vectors - q) ** 2).sum(axis=1)
+    best_first = np.argsort(-exact if metric == "ip" else exact)[:6]
+    assert [h.id for h in hits] == [ids[i] for i in best_first]
+    assert np.allclose([h.score for h in hits], exact[best_first], atol=1e-4)
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=metric == "ip")  # l2: smallest distance first
+    assert all(h.metadata["topic"] == "astronomy" for h in hits[:3])
+
+
 @pytest.mark.parametrize("factory", FACTORIES)
 def test_memory_mapped_reload_returns_identical_results(built, factory):
     directory = _dir(built, factory)
