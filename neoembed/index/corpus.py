@@ -138,9 +138,11 @@ class CorpusReader:
                     try:
                         if isinstance(row, Exception):
                             raise row
-                        yield where, _row_to_document(row, where, self.id_field, self.text_field)
+                        doc = _row_to_document(row, where, self.id_field, self.text_field)
                     except ValueError as err:
                         self._skip(f"{where}: {err}")
+                        continue
+                    yield where, doc
 
     def _skip(self, message: str) -> None:
         self.skipped += 1
