@@ -17,6 +17,7 @@ from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.contrastive.train import run_contrastive
 
 ROOT = Path(__file__).resolve().parents[1]
+PORTABLE = ("Transformer", "Pooling", "Normalize")
 TEXTS = ["a cat sat on the mat", "definition of a word", "neoembed exports sentence embedders"]
 
 
@@ -144,7 +145,11 @@ def test_neobert_export_loads_with_neoembed_and_with_remote_code_without_it(tmp_
 
     from sentence_transformers import SentenceTransformer
 
-    expected = torch.as_tensor(SentenceTransformer(str(export), device="cpu").encode(TEXTS))
+    modules = json.loads((export / "modules.json").read_text())
+    assert [m["type"] for m in modules] == [f"sentence_transformers.models.{k}" for k in PORTABLE]
+    loaded = SentenceTransformer(str(export), device="cpu")  # the layout sentence-transformers 5 reads too
+    assert loaded.max_seq_length == 24 and loaded[1].pooling_mode == "mean"
+    expected = torch.as_tensor(loaded.encode(TEXTS))
     assert torch.allclose(encode_in_fresh_process(export, remote=False), expected, atol=1e-5)
     assert torch.allclose(encode_in_fresh_process(export, remote=True), expected, atol=1e-5)
 

@@ -3,6 +3,7 @@
 For a NeoBERT base the directory also carries NeoBERT's source (config, rope, attention, modeling: they import
 only each other) and an `auto_map` in config.json, so `SentenceTransformer(dir, trust_remote_code=True)` works
 where neoembed is not installed; with neoembed imported, the registered Auto classes load it without remote code.
+The module configs are written in the layout sentence-transformers 5 reads and 6 loads unchanged.
 """
 
 from __future__ import annotations
@@ -34,10 +35,60 @@ def export_model(model, path: Path, card: dict, prompts: dict[str, str] | None =
         merge_adapters(model)
     model.prompts.update(prompts or {})
     model.save(str(path), safe_serialization=True)
+    write_portable_configs(path, model)
     if model[0].auto_model.config.model_type == "neobert":
         add_remote_code(path)
     (path / "README.md").write_text(model_card(card, model.prompts), encoding="utf-8")
     return path
+
+
+# Module classes by the names every sentence-transformers version resolves (2.x-5.x directly, 6.x through
+# its deprecated-import table), and Pooling's per-mode flags that 5.x reads and 6.x converts.
+PORTABLE_MODULES = {
+    "Transformer": "sentence_transformers.models.Transformer",
+    "Pooling": "sentence_transformers.models.Pooling",
+    "Normalize": "sentence_transformers.models.Normalize",
+}
+POOLING_FLAGS = {
+    "cls": "pooling_mode_cls_token",
+    "max": "pooling_mode_max_tokens",
+    "mean": "pooling_mode_mean_tokens",
+    "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
+
+
+def write_portable_configs(path: Path, model) -> None:
+    """Rewrite a Transformer + Pooling (+ Normalize) directory's module configs in the layout that
+    sentence-transformers 5 reads and 6 still loads unchanged.
+
+    Written here because sentence-transformers 6 saves only its own layout (module classes under
+    `sentence_transformers.base...`, `sentence_bert_config.json` without `max_seq_length`, Pooling's
+    `pooling_mode` string), which version 5 cannot load; weights, tokenizer and prompts are the same in both.
+    Other module stacks are left in the 6.x layout.
+    """
+    modules = json.loads((path / "modules.json").read_text())
+    kinds = [entry["type"].rsplit(".", 1)[-1] for entry in modules]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        return
+    for entry, kind in zip(modules, kinds, strict=True):
+        entry["type"] = PORTABLE_MODULES[kind]
+    transformer_dir = path / modules[0]["path"]
+    (transformer_dir / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": model.max_seq_length, "do_lower_case": False}, indent=2) + "\n"
+    )
+    pooling_file = path / modules[1]["path"] / "config.json"
+    pooling = json.loads(pooling_file.read_text())
+    mode = pooling["pooling_mode"]
+    modes = {mode} if isinstance(mode, str) else set(mode)
+    legacy = {
+        "word_embedding_dimension": pooling["embedding_dimension"],
+        **{flag: name in modes for name, flag in POOLING_FLAGS.items()},
+        "include_prompt": pooling.get("include_prompt", True),
+    }
+    pooling_file.write_text(json.dumps(legacy, indent=2) + "\n")
+    (path / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
 
 
 def add_remote_code(path: Path) -> None:
