@@ -154,7 +154,7 @@ def test_neobert_export_loads_with_neoembed_and_with_remote_code_without_it(tmp_
     assert torch.allclose(encode_in_fresh_process(export, remote=True), expected, atol=1e-5)
 
 
-def test_cli_reports_bad_input_without_a_traceback(tmp_path, build):
+def test_cli_reports_bad_input_without_a_traceback(tmp_path, build, minilm_path):
     from transformers import GPT2Config, GPT2Model
     from typer.testing import CliRunner
 
@@ -170,6 +170,11 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, build):
     assert result.exit_code == 1 and "stats.json" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path), "--train.batch_size", "many"])
     assert result.exit_code == 1 and "field train.batch_size" in result.output
+    path.write_text(yaml.safe_dump(recipe(build, tiny_encoder_dir(tmp_path, minilm_path), tmp_path / "lora")))
+    lora = ["contrastive", "--recipe", str(path), "--model.lora.target_modules", "[no_such_layer]"]
+    result = CliRunner().invoke(app, lora)
+    assert result.exit_code == 1 and "model.lora.target_modules" in result.output, result.output
+    assert "Traceback" not in result.output
 
 
 def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(tmp_path, build, minilm_path):
