@@ -2,8 +2,9 @@
 
 The trainer (the HF Trainer underneath) brings torchrun DDP, DeepSpeed, AdamW with warmup and schedule, bf16,
 gradient clipping, rotating checkpoints with optimiser/scheduler/RNG state and exact resume, and periodic
-evaluation. neoembed adds the records as training columns, the duplicate-aware InfoNCE loss, homogeneous
-global batches, a JSONL metrics file, and the export.
+evaluation; sentence-transformers adds per-dataset prompts, LoRA adapters (peft) and the Matryoshka wrapper.
+neoembed adds the records as training columns, the duplicate-aware InfoNCE loss, homogeneous global batches,
+a JSONL metrics file, and the export.
 """
 
 from __future__ import annotations
