@@ -12,12 +12,8 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
-from mteb import TaskMetadata
-from mteb.abstasks.retrieval import AbsTaskRetrieval
-from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
 from neoembed.bench.report import markdown_table, write_report
 
@@ -25,50 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGET = 0.25
 EXAMPLE_TASK = "WordNetExampleDefinitionRetrieval"
 LEMMA_TASK = "WordNetDefinitionRetrieval"
-
-
-class WordNetExampleDefinitionRetrieval(AbsTaskRetrieval):
-    """Held-out example sentence -> its synset's gloss, the set `neoembed contrastive` evaluates during training."""
-
-    metadata = TaskMetadata(
-        name=EXAMPLE_TASK,
-        description="Retrieve the WordNet definition of a held-out synset from one of its example sentences.",
-        reference="https://wordnet.princeton.edu/",
-        dataset={"path": "neoembed/wordnet-heldout-examples", "revision": "wordnet3.0-heldout-v1"},
-        type="Retrieval",
-        category="t2t",
-        modalities=["text"],
-        eval_splits=["test"],
-        eval_langs=["eng-Latn"],
-        main_score="ndcg_at_10",
-        date=("2006-01-01", "2006-12-31"),
-        domains=["Written", "Encyclopaedic"],
-        task_subtypes=[],
-        license="https://wordnet.princeton.edu/license-and-commercial-use",
-        annotations_creators="expert-annotated",
-        dialect=[],
-        sample_creation="found",
-        bibtex_citation="",
-    )
-
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
-        from datasets import Dataset
-
-        from neoembed.contrastive.evaluation import wordnet_example_retrieval
-
-        if self.data_loaded:
-            return
-        queries, corpus, relevant = wordnet_example_retrieval(500, 2000)
-        split = RetrievalSplitData(
-            queries=Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
-            corpus=Dataset.from_dict(
-                {"id": list(corpus), "text": list(corpus.values()), "title": [""] * len(corpus)}
-            ),
-            relevant_docs={q: dict.fromkeys(docs, 1) for q, docs in relevant.items()},
-            top_ranked=None,
-        )
-        self.dataset = {"default": {"test": split}}
-        self.data_loaded = True
 
 
 def wordnet_build(out: Path, rows: int, pairs: list[str], mine: bool) -> Path:
@@ -124,7 +76,7 @@ def run(
     out_dir: Path,
     fresh: bool = False,
 ) -> dict:
-    from neoembed.evaluation.local_tasks import WordNetDefinitionRetrieval
+    from neoembed.evaluation.local_tasks import WordNetDefinitionRetrieval, WordNetExampleDefinitionRetrieval
     from neoembed.evaluation.models import EvalSettings
     from neoembed.evaluation.runner import resolve_models, run_evaluation
 

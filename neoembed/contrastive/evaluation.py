@@ -10,25 +10,10 @@ from sentence_transformers.sentence_transformer.evaluation import (
 )
 
 from neoembed.contrastive.settings import EvalSettings
+from neoembed.evaluation.local_tasks import wordnet_example_retrieval
 
 NAME = "heldout"
 RECALL_AT = [1, 10, 100]
-
-
-def wordnet_example_retrieval(n_queries: int, n_corpus: int) -> tuple[dict, dict, dict]:
-    """Held-out WordNet synsets: an example sentence -> the gloss of its synset among `n_corpus` glosses."""
-    from neoembed.evaluation.local_tasks import heldout_synsets
-
-    synsets = [s for s in heldout_synsets() if s.gloss]
-    with_examples = [s for s in synsets if s.examples][:n_queries]
-    query_ids = {s.id for s in with_examples}
-    corpus_synsets = (
-        with_examples + [s for s in synsets if s.id not in query_ids][: max(0, n_corpus - len(with_examples))]
-    )
-    queries = {f"q-{s.id}": s.examples[0] for s in with_examples}
-    corpus = {s.id: s.gloss for s in corpus_synsets}
-    relevant = {f"q-{s.id}": {s.id} for s in with_examples}
-    return queries, corpus, relevant
 
 
 def records_retrieval(path: str, source: str, n_queries: int, n_corpus: int) -> tuple[dict, dict, dict]:

@@ -7,10 +7,11 @@ so a model fine-tuned on neoembed's WordNet pairs is not tested on its training 
 ``--benchmark neoembed-local``).
 
 - ``WordNetDefinitionRetrieval`` (Retrieval): a word or phrase -> the glosses of its senses.
+- ``WordNetExampleDefinitionRetrieval`` (Retrieval): an example sentence -> the gloss of its synset.
 - ``WordNetSynonymPairClassification`` (PairClassification): are two words lemmas of one synset?
 - ``WordNetPOSClassification`` (Classification): the part of speech of a gloss's headword.
 
-Sizes are small on purpose: all three run in seconds for MiniLM on two CPU cores.
+Sizes are small on purpose: all four run in seconds for MiniLM on two CPU cores.
 """
 
 from __future__ import annotations
@@ -80,6 +81,32 @@ def definition_retrieval_split(n_corpus: int = 800, n_queries: int = 200) -> Ret
     )
 
 
+def wordnet_example_retrieval(n_queries: int, n_corpus: int) -> tuple[dict, dict, dict]:
+    """Held-out WordNet synsets: an example sentence -> the gloss of its synset among `n_corpus` glosses."""
+    synsets = [s for s in heldout_synsets() if s.gloss]
+    with_examples = [s for s in synsets if s.examples][:n_queries]
+    query_ids = {s.id for s in with_examples}
+    corpus_synsets = (
+        with_examples + [s for s in synsets if s.id not in query_ids][: max(0, n_corpus - len(with_examples))]
+    )
+    queries = {f"q-{s.id}": s.examples[0] for s in with_examples}
+    corpus = {s.id: s.gloss for s in corpus_synsets}
+    relevant = {f"q-{s.id}": {s.id} for s in with_examples}
+    return queries, corpus, relevant
+
+
+def example_retrieval_split(n_queries: int = 500, n_corpus: int = 2000) -> RetrievalSplitData:
+    queries, corpus, relevant = wordnet_example_retrieval(n_queries, n_corpus)
+    return RetrievalSplitData(
+        queries=Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
+        corpus=Dataset.from_dict(
+            {"id": list(corpus), "text": list(corpus.values()), "title": [""] * len(corpus)}
+        ),
+        relevant_docs={q: dict.fromkeys(docs, 1) for q, docs in relevant.items()},
+        top_ranked=None,
+    )
+
+
 def synonym_pairs(n_pairs: int = 400) -> Dataset:
     """Half synonym pairs (two lemmas of one synset), half same-POS lemmas of synsets sharing no lemma."""
     rng = random.Random(SEED)
@@ -131,6 +158,23 @@ class WordNetDefinitionRetrieval(AbsTaskRetrieval):
         self.data_loaded = True
 
 
+class WordNetExampleDefinitionRetrieval(AbsTaskRetrieval):
+    metadata = TaskMetadata(
+        name="WordNetExampleDefinitionRetrieval",
+        description="Retrieve the WordNet definition of a held-out synset from one of its example sentences: "
+        "500 example queries, 2,000 held-out glosses (the set `neoembed contrastive` evaluates during training).",
+        type="Retrieval",
+        main_score="ndcg_at_10",
+        **_COMMON,
+    )
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        self.dataset = {"default": {"test": example_retrieval_split()}}
+        self.data_loaded = True
+
+
 class WordNetSynonymPairClassification(AbsTaskPairClassification):
     metadata = TaskMetadata(
         name="WordNetSynonymPairClassification",
@@ -169,5 +213,10 @@ class WordNetPOSClassification(AbsTaskClassification):
 
 LOCAL_TASKS: dict[str, type[AbsTask]] = {
     cls.metadata.name: cls
-    for cls in (WordNetDefinitionRetrieval, WordNetSynonymPairClassification, WordNetPOSClassification)
+    for cls in (
+        WordNetDefinitionRetrieval,
+        WordNetExampleDefinitionRetrieval,
+        WordNetSynonymPairClassification,
+        WordNetPOSClassification,
+    )
 }
