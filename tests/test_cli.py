@@ -1,6 +1,4 @@
-"""The command line: listed verbs, info, encode, and the resumable quickstart."""
-
-import json
+"""The command line: listed verbs, info and encode (the quickstart has tests/test_quickstart.py)."""
 
 import numpy as np
 from typer.testing import CliRunner
@@ -42,19 +40,6 @@ def test_encode_rejects_an_unloadable_model(tmp_path):
     result = runner.invoke(app, ["encode", "hello", "--model", str(tmp_path / "missing")])
     assert result.exit_code != 0
     assert "cannot load embedder" in result.output
-
-
-def test_quickstart_runs_and_resumes(tmp_path):
-    result = runner.invoke(app, ["quickstart", "--run-dir", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    summary = (tmp_path / "summary.md").read_text()
-    assert "all-MiniLM-L6-v2 (384-dim)" in summary and "tiny NeoBERT" in summary
-    marker = json.loads((tmp_path / "steps" / "tiny-neobert.json").read_text())
-    assert marker["result"]["parameters"] > 0
-
-    again = runner.invoke(app, ["quickstart", "--run-dir", str(tmp_path)])
-    assert again.exit_code == 0
-    assert again.output.count("done earlier, skipped") == 2
 
 
 def test_encode_checks_its_files_before_any_work(tmp_path):

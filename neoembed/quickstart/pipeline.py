@@ -1,86 +1,210 @@
-"""The quickstart pipeline on the embedded default.
+"""The quickstart: the whole toolkit end to end on the embedded default (WordNet and all-MiniLM-L6-v2).
 
-For now: build a tiny (untrained) NeoBERT directory with the bert-base-uncased tokenizer and load it as a
-sentence-transformers model next to the packaged all-MiniLM-L6-v2; encode the same sentences with both and
-write their similarity matrices to `summary.md`. Pretraining, data building, fine-tuning, evaluation and
-indexing join as steps when those parts land.
+Every step runs the same `neoembed` command a user would type, under one run directory:
+
+1. `build-data`   WordNet training pairs with hard negatives mined by all-MiniLM-L6-v2
+2. `pretrain`     a small NeoBERT, masked language modelling on WordNet text (recipes/pretrain-cpu.yaml)
+3. `contrastive`  that NeoBERT fine-tuned with InfoNCE into `neobert-embed`
+4. `contrastive`  all-MiniLM-L6-v2 fine-tuned the same way into `minilm-embed`
+5. `mteb-eval`    base and fine-tuned models and bm25 on the held-out WordNet tasks, one table
+6. `index build`  a FAISS index of WordNet glosses embedded by the fine-tuned MiniLM, then `search`
+7. a fresh Python process loads `SentenceTransformer("neobert-embed")`
+
+`Sizes` holds every knob that sets the run's length: `DEFAULT` takes about a quarter of an hour on two CPU
+cores, `SMOKE` is the same pipeline at toy sizes for the integration test.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-from neoembed.quickstart.steps import Step, run_steps
+from neoembed.quickstart.examples import LOAD_SNIPPET, search_queries, write_gloss_corpus
+from neoembed.quickstart.steps import Step, command_line, printed_lines, run_command, run_steps
+from neoembed.quickstart.summary import format_searches, write_summary
 
-SENTENCES = [
-    "A dog is running through the park.",
-    "A puppy sprints across the grass.",
-    "The stock market fell sharply today.",
-    "Shares dropped at the close of trading.",
-    "She is reading a book by the window.",
-]
-TINY_NEOBERT_DIR = "tiny-neobert"
-
-
-def create_tiny_neobert(run_dir: Path) -> dict:
-    import torch
-
-    from neoembed.pretrain import NeoBERTModel, tiny_config
-    from neoembed.pretrain.tokenizer import load_tokenizer
-
-    out = run_dir / TINY_NEOBERT_DIR
-    with torch.random.fork_rng():  # a fixed initialisation without touching the caller's RNG
-        torch.manual_seed(0)
-        model = NeoBERTModel(tiny_config())
-    model.save_pretrained(out)
-    load_tokenizer(max_length=model.config.max_length).save_pretrained(out)
-    parameters = sum(p.numel() for p in model.parameters())
-    return {"path": str(out), "parameters": parameters}
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_TASKS = (
+    "WordNetExampleDefinitionRetrieval",
+    "WordNetDefinitionRetrieval",
+    "WordNetSynonymPairClassification",
+    "WordNetPOSClassification",
+)
+SEARCH_QUERIES = 3  # held-out example sentences searched in the index
 
 
-def encode_sentences(run_dir: Path) -> dict:
-    from neoembed.embedder import load_embedder
-    from neoembed.embedding_io import similarity_table
+@dataclass(frozen=True)
+class Sizes:
+    data_rows: int = 10_000  # WordNet pairs read by build-data
+    pretrain_steps: int | None = None  # None: the recipe's
+    neobert_steps: int = 300
+    neobert_lr: float = 1e-3  # a small, briefly pretrained model needs a larger step than a mature one
+    minilm_steps: int = 100
+    batch_size: int = 32  # rows per contrastive step; every text in a batch distinct
+    eval_queries: int = 500  # held-out retrieval set scored during fine-tuning
+    eval_corpus: int = 2000
+    tasks: tuple[str, ...] = LOCAL_TASKS
+    # The tiny CPU-pretrained NeoBERT knows too little English to search well, so the index uses the
+    # fine-tuned MiniLM; 20k glosses (those searched among them) keep its embedding to about a minute.
+    index_documents: int | None = 20_000  # None: every WordNet gloss
+    index_model: str = "minilm-embed"
+    tune_queries: int = 1000
 
-    tables = {}
-    for label, name in (
-        ("tiny NeoBERT (untrained)", str(run_dir / TINY_NEOBERT_DIR)),
-        ("all-MiniLM-L6-v2", "minilm"),
-    ):
-        embedder = load_embedder(name, device="cpu")
-        embeddings = embedder.encode(SENTENCES, normalize_embeddings=True)
-        tables[label] = {
-            "dimension": int(embeddings.shape[1]),
-            "similarities": similarity_table(SENTENCES, embeddings),
-        }
-    return tables
+
+DEFAULT = Sizes()
+SMOKE = Sizes(
+    data_rows=300,
+    pretrain_steps=4,
+    neobert_steps=4,
+    minilm_steps=2,
+    batch_size=8,
+    eval_queries=20,
+    eval_corpus=60,
+    tasks=("WordNetDefinitionRetrieval",),
+    index_documents=400,
+    tune_queries=50,
+)
 
 
-def run_quickstart(run_dir: Path, console: Console | None = None) -> Path:
-    """Run every step under `run_dir` (resuming finished ones) and return the path of summary.md."""
-    console = console or Console()
-    steps = [
-        Step(
-            "tiny-neobert", "create a tiny NeoBERT with the bert-base-uncased tokenizer", create_tiny_neobert
-        ),
-        Step("encode", "encode sentences with the tiny NeoBERT and all-MiniLM-L6-v2", encode_sentences),
-    ]
-    results = run_steps(steps, run_dir, console)
-    lines = ["# neoembed quickstart", "", f"Run directory: `{run_dir}`", ""]
-    created = results["tiny-neobert"]
-    lines += [f"Tiny NeoBERT: `{created['path']}` ({created['parameters']:,} parameters).", ""]
-    for label, table in results["encode"].items():
-        lines += [
-            f"## {label} ({table['dimension']}-dim): cosine similarities",
-            "",
-            "```",
-            table["similarities"],
-            "```",
-            "",
+class Quickstart:
+    """The steps, bound to one run directory and one set of sizes."""
+
+    def __init__(self, run_dir: Path, sizes: Sizes, console: Console):
+        self.run_dir = run_dir
+        self.sizes = sizes
+        self.console = console
+        self.threads = str(len(os.sched_getaffinity(0)))
+
+    def steps(self) -> list[Step]:
+        return [
+            self._step("data", "WordNet pairs with mined hard negatives", self.build_data),
+            self._step("pretrain", "a small NeoBERT pretrained with MLM on WordNet text", self.pretrain),
+            self._step(
+                "neobert-embed", "fine-tune the pretrained NeoBERT with InfoNCE", self.fine_tune_neobert
+            ),
+            self._step(
+                "minilm-embed", "fine-tune all-MiniLM-L6-v2 with the same recipe", self.fine_tune_minilm
+            ),
+            self._step(
+                "evaluate", "base and fine-tuned models and bm25 on held-out WordNet tasks", self.evaluate
+            ),
+            self._step(
+                "index", f"FAISS index of WordNet glosses, embedded by {self.sizes.index_model}", self.index
+            ),
+            self._step("load", 'SentenceTransformer("neobert-embed") in a fresh Python process', self.load),
         ]
-    summary = run_dir / "summary.md"
-    summary.write_text("\n".join(lines))
-    console.print("\n".join(lines))
-    return summary
+
+    def _step(self, name: str, description: str, run) -> Step:
+        """A step whose result also lists the commands it ran, for the summary."""
+
+        def run_and_record(run_dir: Path) -> dict:
+            self._commands = []
+            return {**run(run_dir), "commands": self._commands}
+
+        return Step(name, description, run_and_record)
+
+    def _run(self, step: str, args: list, **kwargs) -> str:
+        """Run a command (see run_command), logging to logs/<step>.log."""
+        self._commands.append(command_line(args, kwargs.get("program", "neoembed")))
+        return run_command(args, self.run_dir / "logs" / f"{step}.log", self.console, **kwargs)
+
+    def build_data(self, run_dir: Path) -> dict:
+        out = run_dir / "data"
+        self._run("data", ["build-data", "--out", out, "--max-rows", self.sizes.data_rows])
+        stats = json.loads((out / "stats.json").read_text())
+        return {"path": str(out), "stats": stats["total"]}
+
+    def pretrain(self, run_dir: Path) -> dict:
+        out = run_dir / "pretrain"
+        args = ["pretrain", "--recipe", REPO / "recipes" / "pretrain-cpu.yaml", "--train.output_dir", out]
+        args += ["--train.threads", self.threads]
+        if self.sizes.pretrain_steps:
+            steps = self.sizes.pretrain_steps
+            args += ["--train.max_steps", steps, "--train.log_steps", steps]
+            args += ["--train.eval_steps", steps, "--train.save_steps", steps]
+        self._run("pretrain", args)
+        # A stable, readable name for the later steps and the table (the trainer writes <out>/final).
+        model = run_dir / "neobert-pretrained"
+        shutil.rmtree(model, ignore_errors=True)
+        shutil.copytree(out / "final", model)
+        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        held_out = [(m["step"], round(m["eval_loss"], 3)) for m in metrics if "eval_loss" in m]
+        return {"model": str(model), "heldout_loss": held_out}
+
+    def fine_tune_neobert(self, run_dir: Path) -> dict:
+        base = run_dir / "neobert-pretrained"
+        return self._fine_tune(
+            "neobert-embed", base, self.sizes.neobert_steps, ["--optim.lr", self.sizes.neobert_lr]
+        )
+
+    def fine_tune_minilm(self, run_dir: Path) -> dict:
+        return self._fine_tune("minilm-embed", "minilm", self.sizes.minilm_steps, [])
+
+    def _fine_tune(self, name: str, base, steps: int, extra: list) -> dict:
+        out = self.run_dir / "contrastive" / name
+        save_every = max(1, steps // 2)
+        args = ["contrastive", "--recipe", REPO / "recipes" / "contrastive-cpu.yaml", "--steps", steps]
+        args += ["--model.base", base, "--data.path", self.run_dir / "data", "--train.output_dir", out]
+        args += ["--export.path", self.run_dir / name, "--train.threads", self.threads]
+        args += ["--train.batch_size", self.sizes.batch_size]
+        args += ["--train.eval_steps", steps, "--train.save_steps", save_every]
+        args += ["--eval.queries", self.sizes.eval_queries, "--eval.corpus", self.sizes.eval_corpus, *extra]
+        self._run(name, args)
+        return json.loads((out / "summary.json").read_text())
+
+    def evaluate(self, run_dir: Path) -> dict:
+        out = run_dir / "mteb"
+        models = [
+            run_dir / "neobert-pretrained",
+            run_dir / "neobert-embed",
+            "minilm",
+            run_dir / "minilm-embed",
+        ]
+        args = ["mteb-eval", *[a for m in [*models, "bm25"] for a in ("-m", m)]]
+        args += ["-t", ",".join(self.sizes.tasks), "-o", out, "--threads", self.threads]
+        self._run("evaluate", args)
+        return {"table": (out / "summary.md").read_text().split("\n\n")[0]}
+
+    def index(self, run_dir: Path) -> dict:
+        queries = search_queries(SEARCH_QUERIES)
+        corpus = "wordnet"  # every synset: "lemmas: gloss"
+        if self.sizes.index_documents:
+            corpus = write_gloss_corpus(run_dir / "glosses.jsonl", self.sizes.index_documents, queries)
+        out = run_dir / "index"
+        args = [
+            "index",
+            "build",
+            "--corpus",
+            corpus,
+            "--model",
+            run_dir / self.sizes.index_model,
+            "--out",
+            out,
+        ]
+        args += ["--tune-queries", self.sizes.tune_queries, "--threads", self.threads]
+        self._run("index", args)
+        search = ["search", "--index", out, "-k", 10, "--json", *[q.text for q in queries]]
+        text = self._run("index", search, echo=False)
+        results = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        searches = [q.with_hits(r) for q, r in zip(queries, results, strict=True)]
+        self.console.print(format_searches(searches), highlight=False)
+        manifest = json.loads((out / "manifest.json").read_text())
+        return {"manifest": manifest, "searches": searches}
+
+    def load(self, run_dir: Path) -> dict:
+        script = run_dir / "use_neobert_embed.py"
+        script.write_text(LOAD_SNIPPET)
+        output = self._run("load", [script.name], cwd=run_dir, program="python")
+        return {"script": str(script), "output": "\n".join(printed_lines(output))}
+
+
+def run_quickstart(run_dir: Path, sizes: Sizes = DEFAULT, console: Console | None = None) -> Path:
+    """Run every step under `run_dir` (resuming finished ones); write and print summary.md; return its path."""
+    console = console or Console()
+    results = run_steps(Quickstart(run_dir, sizes, console).steps(), run_dir, console)
+    return write_summary(run_dir, results, console)

@@ -1,0 +1,122 @@
+"""summary.md of a quickstart run: what each step made, its commands and time, and the comparison table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+
+def format_searches(searches: list[dict], shown: int = 3) -> str:
+    """Each query with its top hits; the expected gloss (the query's own synset) is marked with `<=`."""
+    lines = []
+    for search in searches:
+        rank = search["rank"]
+        found = (
+            f"expected gloss at rank {rank}"
+            if rank
+            else f"expected gloss not in the top {len(search['hits'])}"
+        )
+        lines.append(f'query: "{search["query"]}" ({found})')
+        for hit in search["hits"][:shown]:
+            mark = "  <=" if hit["id"] == search["expected"] else ""
+            lines.append(f"  {hit['rank']}. {hit['score']:.3f}  {hit['text'][:100]}{mark}")
+    return "\n".join(lines)
+
+
+def _fine_tuning_table(results: dict) -> list[str]:
+    lines = [
+        "| model | base | steps | nDCG@10 before | nDCG@10 after | recall@10 before | recall@10 after |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, base in (("neobert-embed", "neobert-pretrained"), ("minilm-embed", "all-MiniLM-L6-v2")):
+        run = results[name]["result"]
+        before, after = run["eval_before"], run["eval_after"]
+        lines.append(
+            f"| {name} | {base} | {run['steps']} | {before['ndcg@10']:.3f} | {after['ndcg@10']:.3f} "
+            f"| {before['recall@10']:.3f} | {after['recall@10']:.3f} |"
+        )
+    return lines
+
+
+def _sections(results: dict) -> list[tuple[str, list[str]]]:
+    data = results["data"]["result"]["stats"]
+    pretrain = results["pretrain"]["result"]
+    index = results["index"]["result"]
+    manifest, tuning = index["manifest"], index["manifest"]["tuning"]
+    losses = ", ".join(f"step {step}: {loss}" for step, loss in pretrain["heldout_loss"])
+    return [
+        (
+            "data",
+            [
+                f"{data['rows_out']:,} WordNet training pairs from {data['rows_read']:,} read, "
+                f"{data['negatives_per_row']} mined hard negatives per row: `data/` (see `data/stats.md`).",
+            ],
+        ),
+        (
+            "pretrain",
+            [f"Held-out MLM loss ({losses}); the model is `neobert-pretrained/`."],
+        ),
+        (
+            "neobert-embed",
+            [
+                "Both fine-tuned with the same recipe (`recipes/contrastive-cpu.yaml`); scored on held-out "
+                "WordNet example sentence -> definition retrieval before and after:",
+                "",
+                *_fine_tuning_table(results),
+            ],
+        ),
+        ("minilm-embed", ["See the table above; the export is `minilm-embed/`."]),
+        (
+            "evaluate",
+            [
+                "`neoembed mteb-eval` on the held-out WordNet tasks (main score x 100; files in `mteb/`):",
+                "",
+                results["evaluate"]["result"]["table"],
+            ],
+        ),
+        (
+            "index",
+            [
+                f"{manifest['ntotal']:,} documents, FAISS `{manifest['factory']}` ({manifest['factory_reason']}); "
+                f"recall@10 {tuning['recall_at_10']:.3f} against exact search, "
+                f"{tuning['qps_batch']:,.0f} queries/s batched on {tuning['threads']} threads. "
+                "Held-out example sentences searched:",
+                "",
+                "```",
+                format_searches(index["searches"]),
+                "```",
+            ],
+        ),
+        (
+            "load",
+            [
+                f"`{Path(results['load']['result']['script']).name}`, run with `python` in the run directory:",
+                "",
+                "```",
+                results["load"]["result"]["output"],
+                "```",
+            ],
+        ),
+    ]
+
+
+def write_summary(run_dir: Path, results: dict, console: Console) -> Path:
+    """Write summary.md under `run_dir`, print it, and return its path."""
+    minutes = sum(record["seconds"] for record in results.values()) / 60
+    lines = [
+        "# neoembed quickstart",
+        "",
+        f"Run directory `{run_dir}`; the steps took {minutes:.1f} min in all (re-runs skip finished steps).",
+        "",
+    ]
+    for number, (name, body) in enumerate(_sections(results), start=1):
+        record = results[name]
+        lines += [f"## {number}. {name} ({record['seconds']:.0f} s)", ""]
+        lines += ["```", *record["result"]["commands"], "```", ""] if record["result"]["commands"] else []
+        lines += [*body, ""]
+    summary = run_dir / "summary.md"
+    summary.write_text("\n".join(lines))
+    console.rule("summary")
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    return summary

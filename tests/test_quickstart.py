@@ -1,0 +1,75 @@
+"""The README's main job at toy sizes: every step through the real commands, the summary, resume, failures."""
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from neoembed.cli import app
+from neoembed.quickstart.pipeline import SMOKE, Quickstart
+from neoembed.quickstart.steps import CommandFailed, Step, StepFailed, run_command, run_steps
+
+runner = CliRunner()
+STEPS = [step.name for step in Quickstart(Path("unused"), SMOKE, Console()).steps()]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("quickstart")
+    result = runner.invoke(app, ["quickstart", "--smoke", "--run-dir", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    return run_dir, result.output
+
+
+def test_every_step_runs_and_the_summary_reports_them(smoke_run):
+    run_dir, output = smoke_run
+    summary = (run_dir / "summary.md").read_text()
+    for number, name in enumerate(STEPS, start=1):
+        assert f"## {number}. {name}" in summary
+        assert (run_dir / "steps" / f"{name}.json").exists()
+    # the comparison table has every model as a column
+    header = next(line for line in summary.splitlines() if line.startswith("| Task |"))
+    for model in ("neobert-pretrained", "neobert-embed", "all-MiniLM-L6-v2", "minilm-embed", "bm25"):
+        assert model in header
+    # the searches found held-out example sentences' glosses, and the fresh process loaded neobert-embed
+    searches = json.loads((run_dir / "steps" / "index.json").read_text())["result"]["searches"]
+    assert len(searches) == 3 and all(s["hits"] for s in searches)
+    assert any(s["rank"] == 1 for s in searches)
+    assert "dimension: 128" in summary
+    assert "$ neoembed build-data" in output  # the commands are shown as a user would type them
+
+
+def test_a_rerun_skips_every_finished_step(smoke_run):
+    run_dir, _ = smoke_run
+    again = runner.invoke(app, ["quickstart", "--smoke", "--run-dir", str(run_dir)])
+    assert again.exit_code == 0, again.output
+    assert again.output.count("done earlier, skipped") == len(STEPS)
+    assert "$ neoembed" not in again.output
+
+
+def test_a_failing_command_reports_its_error_not_its_progress_bar(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: {path: nowhere}\ntrain: {no_such_field: 1}\n")
+    with pytest.raises(CommandFailed) as failure:
+        run_command(["contrastive", "--recipe", bad], tmp_path / "log.txt", Console())
+    assert "no_such_field" in str(failure.value) and "exited with status 1" in str(failure.value)
+    assert "no_such_field" in (tmp_path / "log.txt").read_text()
+
+
+def test_a_failed_step_is_named_and_finished_steps_are_kept(tmp_path):
+    calls = []
+
+    def ok(run_dir):
+        calls.append("ok")
+        return {"value": 1}
+
+    def broken(run_dir):
+        raise RuntimeError("disk full")
+
+    with pytest.raises(StepFailed, match=r"step 2 \(second\) failed: disk full"):
+        run_steps([Step("first", "works", ok), Step("second", "breaks", broken)], tmp_path, Console())
+    results = run_steps([Step("first", "works", ok), Step("second", "fixed", ok)], tmp_path, Console())
+    assert calls == ["ok", "ok"]  # the first step ran once; the fixed second ran on the re-run
+    assert results["first"]["result"] == {"value": 1}
