@@ -205,6 +205,6 @@ class Quickstart:
 
 def run_quickstart(run_dir: Path, sizes: Sizes = DEFAULT, console: Console | None = None) -> Path:
     """Run every step under `run_dir` (resuming finished ones); write and print summary.md; return its path."""
-    console = console or Console()
+    console = console or Console(soft_wrap=True)  # long commands and titles stay on one line
     results = run_steps(Quickstart(run_dir, sizes, console).steps(), run_dir, console)
     return write_summary(run_dir, results, console)

@@ -107,7 +107,7 @@ def _last_line(text: str) -> str:
 
 def run_steps(steps: list[Step], run_dir: Path, console: Console | None = None) -> dict[str, dict]:
     """Run `steps` in order under `run_dir`, skipping those already done; return each step's result and time."""
-    console = console or Console()
+    console = console or Console(soft_wrap=True)  # long commands and titles stay on one line
     markers = run_dir / "steps"
     markers.mkdir(parents=True, exist_ok=True)
     results = {}
