@@ -103,19 +103,19 @@ class Quickstart:
         """A step whose result also lists the commands it ran, for the summary."""
 
         def run_and_record(run_dir: Path) -> dict:
-            self._commands = []
+            self._current, self._commands = name, []
             return {**run(run_dir), "commands": self._commands}
 
         return Step(name, description, run_and_record)
 
-    def _run(self, step: str, args: list, **kwargs) -> str:
-        """Run a command (see run_command), logging to logs/<step>.log."""
+    def _run(self, args: list, **kwargs) -> str:
+        """Run a command of the current step (see run_command), logging to logs/<step>.log."""
         self._commands.append(command_line(args, kwargs.get("program", "neoembed")))
-        return run_command(args, self.run_dir / "logs" / f"{step}.log", self.console, **kwargs)
+        return run_command(args, self.run_dir / "logs" / f"{self._current}.log", self.console, **kwargs)
 
     def build_data(self, run_dir: Path) -> dict:
         out = run_dir / "data"
-        self._run("data", ["build-data", "--out", out, "--max-rows", self.sizes.data_rows])
+        self._run(["build-data", "--out", out, "--max-rows", self.sizes.data_rows])
         stats = json.loads((out / "stats.json").read_text())
         return {"path": str(out), "stats": stats["total"]}
 
@@ -127,7 +127,7 @@ class Quickstart:
             steps = self.sizes.pretrain_steps
             args += ["--train.max_steps", steps, "--train.log_steps", steps]
             args += ["--train.eval_steps", steps, "--train.save_steps", steps]
-        self._run("pretrain", args)
+        self._run(args)
         # A stable, readable name for the later steps and the table (the trainer writes <out>/final).
         model = run_dir / "neobert-pretrained"
         shutil.rmtree(model, ignore_errors=True)
@@ -154,7 +154,7 @@ class Quickstart:
         args += ["--train.batch_size", self.sizes.batch_size]
         args += ["--train.eval_steps", steps, "--train.save_steps", save_every]
         args += ["--eval.queries", self.sizes.eval_queries, "--eval.corpus", self.sizes.eval_corpus, *extra]
-        self._run(name, args)
+        self._run(args)
         return json.loads((out / "summary.json").read_text())
 
     def evaluate(self, run_dir: Path) -> dict:
@@ -167,7 +167,7 @@ class Quickstart:
         ]
         args = ["mteb-eval", *[a for m in [*models, "bm25"] for a in ("-m", m)]]
         args += ["-t", ",".join(self.sizes.tasks), "-o", out, "--threads", self.threads]
-        self._run("evaluate", args)
+        self._run(args)
         return {"table": (out / "summary.md").read_text().split("\n\n")[0]}
 
     def index(self, run_dir: Path) -> dict:
@@ -176,20 +176,12 @@ class Quickstart:
         if self.sizes.index_documents:
             corpus = write_gloss_corpus(run_dir / "glosses.jsonl", self.sizes.index_documents, queries)
         out = run_dir / "index"
-        args = [
-            "index",
-            "build",
-            "--corpus",
-            corpus,
-            "--model",
-            run_dir / self.sizes.index_model,
-            "--out",
-            out,
-        ]
+        model = run_dir / self.sizes.index_model
+        args = ["index", "build", "--corpus", corpus, "--model", model, "--out", out]
         args += ["--tune-queries", self.sizes.tune_queries, "--threads", self.threads]
-        self._run("index", args)
+        self._run(args)
         search = ["search", "--index", out, "-k", 10, "--json", *[q.text for q in queries]]
-        text = self._run("index", search, echo=False)
+        text = self._run(search, echo=False)
         results = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
         searches = [q.with_hits(r) for q, r in zip(queries, results, strict=True)]
         self.console.print(format_searches(searches), highlight=False)
@@ -199,7 +191,7 @@ class Quickstart:
     def load(self, run_dir: Path) -> dict:
         script = run_dir / "use_neobert_embed.py"
         script.write_text(LOAD_SNIPPET)
-        output = self._run("load", [script.name], cwd=run_dir, program="python")
+        output = self._run([script.name], cwd=run_dir, program="python")
         return {"script": str(script), "output": "\n".join(printed_lines(output))}
 
 
