@@ -93,3 +93,15 @@ def last_complete_checkpoint(output_dir: Path) -> str | None:
             continue
         return str(checkpoint)
     return None
+
+
+def release_process_group() -> None:
+    """Tear down the process group the Trainer started under torchrun, once every rank is done.
+
+    Left to interpreter exit, gloo's threads can outlive a rank whose peer has already gone, and that rank
+    aborts ("terminate called without an active exception") after a successful run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

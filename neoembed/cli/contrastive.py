@@ -19,7 +19,7 @@ def contrastive(
     from neoembed.contrastive.settings import ContrastiveSettings
     from neoembed.contrastive.train import run_contrastive
     from neoembed.recipes import RecipeError, load_recipe, parse_overrides
-    from neoembed.training import TrainingDiverged
+    from neoembed.training import TrainingDiverged, release_process_group
 
     try:
         overrides = parse_overrides(ctx.args)
@@ -27,6 +27,7 @@ def contrastive(
             overrides["train.max_steps"] = steps
         settings = load_recipe(recipe, ContrastiveSettings, overrides)
         summary = run_contrastive(settings)
+        release_process_group()
     except (RecipeError, ContrastiveDataError, BaseModelError, SamplerError, TrainingDiverged) as err:
         typer.echo(f"contrastive: {err}", err=True)
         raise typer.Exit(1) from err

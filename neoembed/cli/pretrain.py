@@ -15,11 +15,12 @@ def pretrain(
     from neoembed.pretrain.settings import PretrainSettings
     from neoembed.pretrain.trainer import run_pretraining
     from neoembed.recipes import RecipeError, load_recipe, parse_overrides
-    from neoembed.training import TrainingDiverged
+    from neoembed.training import TrainingDiverged, release_process_group
 
     try:
         settings = load_recipe(recipe, PretrainSettings, parse_overrides(ctx.args))
         final = run_pretraining(settings)
+        release_process_group()
     except (RecipeError, CorpusError, TrainingDiverged) as err:
         typer.echo(f"pretrain: {err}", err=True)
         raise typer.Exit(1) from err
