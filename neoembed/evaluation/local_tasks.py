@@ -71,13 +71,10 @@ def definition_retrieval_split(n_corpus: int = 800, n_queries: int = 200) -> Ret
         for lemma in dict.fromkeys(lemma.lower() for lemma in synset.lemmas):
             senses[lemma].append(synset.id)
     lemmas = list(dict.fromkeys(s.lemmas[0].lower() for s in corpus))[:n_queries]
-    return RetrievalSplitData(
-        queries=Dataset.from_dict({"id": [f"q{i}" for i in range(len(lemmas))], "text": lemmas}),
-        corpus=Dataset.from_dict(
-            {"id": [s.id for s in corpus], "text": [s.gloss for s in corpus], "title": [""] * len(corpus)}
-        ),
-        relevant_docs={f"q{i}": dict.fromkeys(senses[lemma], 1) for i, lemma in enumerate(lemmas)},
-        top_ranked=None,
+    return _retrieval_split(
+        queries={f"q{i}": lemma for i, lemma in enumerate(lemmas)},
+        corpus={s.id: s.gloss for s in corpus},
+        relevant={f"q{i}": senses[lemma] for i, lemma in enumerate(lemmas)},
     )
 
 
@@ -96,7 +93,12 @@ def wordnet_example_retrieval(n_queries: int, n_corpus: int) -> tuple[dict, dict
 
 
 def example_retrieval_split(n_queries: int = 500, n_corpus: int = 2000) -> RetrievalSplitData:
-    queries, corpus, relevant = wordnet_example_retrieval(n_queries, n_corpus)
+    """`wordnet_example_retrieval` as an mteb split."""
+    return _retrieval_split(*wordnet_example_retrieval(n_queries, n_corpus))
+
+
+def _retrieval_split(queries: dict, corpus: dict, relevant: dict) -> RetrievalSplitData:
+    """An mteb retrieval split from id -> text maps and query id -> relevant document ids."""
     return RetrievalSplitData(
         queries=Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
         corpus=Dataset.from_dict(
