@@ -77,7 +77,10 @@ def test_a_run_writes_a_loadable_model_metrics_and_rotated_checkpoints(tmp_path)
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_logs = [r for r in records if "loss" in r]
-    assert len(train_logs) == 8 and all(r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1 for r in train_logs)
+    assert len(train_logs) == 8
+    assert "tokens_per_s" not in train_logs[0], "the warm-up step is left out of the throughput window"
+    assert all(r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1 for r in train_logs[1:])
+    assert all(0.5 < r["packing_efficiency"] <= 1 for r in train_logs), "packed rows are (nearly) full"
     assert sum(1 for r in records if "eval_loss" in r) == 2
     assert train_logs[-1]["loss"] < train_logs[0]["loss"]
 

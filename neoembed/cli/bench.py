@@ -18,6 +18,17 @@ def _csv(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def _device(name: str) -> str:
+    """`auto` is CUDA when present, else the CPU; a CUDA device that is not there is a bad flag."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise typer.BadParameter("no CUDA device is available here", param_hint="--device")
+    return name
+
+
 def _echo_report(result: dict) -> None:
     """Every benchmark returns its markdown table, an optional one-line summary, and the files it wrote."""
     typer.echo(result["table"])
@@ -29,29 +40,51 @@ def _echo_report(result: dict) -> None:
 @app.command("encode")
 def encode(
     configs: str = typer.Option("tiny,full", help="NeoBERT sizes: tiny (2x64) and/or full (28x768, 250M)."),
-    dtypes: str = typer.Option("fp32,bf16", help="fp32 and/or bf16 weights (norms and RoPE stay fp32)."),
+    dtypes: str = typer.Option(
+        "auto",
+        help="fp32 and/or bf16 weights (norms and RoPE stay fp32); auto: fp32, plus bf16 where it has "
+        "hardware (CUDA, or a CPU with AVX512-BF16/AMX).",
+    ),
     lengths: str = typer.Option(
-        "128,512,1024", help="Fixed sequence lengths; a mixed 16..512 batch is added."
+        "", help="Fixed sequence lengths (default 128,512,1024; with --compare 512,1024,2048,4096)."
+    ),
+    mixed: str = typer.Option("16,512", help="MIN,MAX token lengths of the mixed-length batch."),
+    compare: str | None = typer.Option(
+        None, help="modernbert: also time transformers' ModernBERT-base (random weights) on the same batches."
     ),
     repeats: int = typer.Option(2, min=1, help="Timed runs per path; the best is kept."),
     threads: int = typer.Option(2, min=1, help="torch CPU threads."),
-    device: str = typer.Option("auto", help="cpu, cuda, or auto."),
-    tokens_per_batch: int = typer.Option(0, min=0, help="Tokens per timed batch (0: 8192 tiny, 2048 full)."),
+    device: str = typer.Option("auto", help="cpu, cuda, cuda:N, or auto."),
+    tokens_per_batch: int = typer.Option(
+        0, min=0, help="Tokens per timed batch (0: 8192 tiny, 2048 full on CPU; 65536 on CUDA)."
+    ),
     out: Path = typer.Option(Path("runs/bench/encode"), help="Directory for encode.json and encode.md."),
 ):
-    """NeoBERT forward throughput: padded vs unpadded path on fixed and mixed lengths."""
+    """NeoBERT forward throughput: padded vs unpadded path on fixed and mixed lengths, optionally vs ModernBERT."""
     from neoembed.bench import encode as bench_encode
+    from neoembed.precision import resolve_precision
 
     unknown = [c for c in _csv(configs) if c not in bench_encode.CONFIGS]
     if unknown:
         raise typer.BadParameter(f"unknown config(s) {unknown}; choose from {list(bench_encode.CONFIGS)}")
+    device = _device(device)
+    if dtypes == "auto":
+        dtypes = "fp32,bf16" if resolve_precision("auto", device).bf16_supported else "fp32"
     bad_dtypes = [d for d in _csv(dtypes) if d not in ("fp32", "bf16")]
     if bad_dtypes:
         raise typer.BadParameter(f"unknown dtype(s) {bad_dtypes}; choose fp32 and/or bf16")
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if "bf16" in _csv(dtypes) and not resolve_precision("auto", device).bf16_supported:
+        typer.echo(
+            f"note: bf16 has no matrix units on this {device}; torch emulates it, far slower than fp32"
+        )
+    if compare is not None and compare not in bench_encode.COMPARISONS:
+        raise typer.BadParameter(f"choose from {list(bench_encode.COMPARISONS)}", param_hint="--compare")
+    try:
+        low, high = (int(n) for n in _csv(mixed))
+    except ValueError:
+        raise typer.BadParameter("give two integers MIN,MAX", param_hint="--mixed") from None
+    if not 1 <= low <= high:
+        raise typer.BadParameter("need 1 <= MIN <= MAX", param_hint="--mixed")
     result = bench_encode.run(
         configs=_csv(configs),
         dtypes=_csv(dtypes),
@@ -61,6 +94,8 @@ def encode(
         device=device,
         tokens_per_batch=tokens_per_batch or None,
         out_dir=out,
+        compare=compare,
+        mixed_range=(low, high),
     )
     _echo_report(result)
 
@@ -158,20 +193,44 @@ def serve(
 def pretrain(
     config: str = typer.Option("small", help="small (4 x 256) or full (the 250M NeoBERT)."),
     max_length: int = typer.Option(512, min=16, help="Row length of both layouts."),
-    token_budget: int = typer.Option(8192, min=64, help="Token slots per step in both layouts."),
+    token_budget: int = typer.Option(
+        0, min=0, help="Token slots per step in both layouts (0: 8192 on CPU, 32768 on CUDA)."
+    ),
     steps: int = typer.Option(5, min=1, help="Timed training steps per layout."),
+    warmup_steps: int = typer.Option(1, min=0, help="Untimed steps per layout first (use 3 with --compile)."),
+    device: str = typer.Option("auto", help="cpu, cuda, cuda:N, or auto."),
+    dtype: str = typer.Option(
+        "auto", help="fp32, bf16 (autocast over fp32 weights), or auto (bf16 on GPUs)."
+    ),
+    compile: bool = typer.Option(False, "--compile/--no-compile", help="Compile the blocks (torch.compile)."),
     threads: int = typer.Option(2, min=1, help="torch CPU threads."),
-    peak_tflops: float = typer.Option(0.25, min=0.0, help="Device peak for MFU (0.25: this CPU in fp32)."),
+    peak_tflops: float = typer.Option(
+        0.0, min=0.0, help="Device peak for MFU (0: the known-GPU table in bf16, else a measured matmul)."
+    ),
     out: Path = typer.Option(
         Path("runs/bench/pretrain"), help="Directory for pretrain.json and pretrain.md."
     ),
 ):
-    """MLM training throughput: packed vs padded batches on a length-skewed corpus, with MFU."""
+    """MLM training throughput and MFU: packed vs padded batches on a length-skewed corpus."""
     from neoembed.bench import pretrain as bench_pretrain
 
     if config not in bench_pretrain.CONFIGS:
         raise typer.BadParameter(f"unknown config {config!r}; choose from {list(bench_pretrain.CONFIGS)}")
-    result = bench_pretrain.run(config, max_length, token_budget, steps, threads, peak_tflops or None, out)
+    if dtype not in ("auto", "fp32", "bf16"):
+        raise typer.BadParameter(f"unknown dtype {dtype!r}; choose fp32, bf16 or auto", param_hint="--dtype")
+    result = bench_pretrain.run(
+        config,
+        max_length,
+        token_budget or None,
+        steps,
+        threads,
+        peak_tflops or None,
+        out,
+        device=_device(device),
+        dtype=dtype,
+        compile=compile,
+        warmup_steps=warmup_steps,
+    )
     _echo_report(result)
 
 

@@ -77,6 +77,7 @@ class TrainSettings(StrictSettings):
     grad_accum: int = Field(default=1, gt=0)
     seed: int = 0
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on a CUDA device that has it
+    compile: bool = False  # torch.compile the encoder (NeoBERT: each block's work around attention)
     log_steps: int = Field(default=10, gt=0)
     eval_steps: int = Field(default=200, gt=0)
     save_steps: int = Field(default=500, gt=0)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from datasets import DatasetDict
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-from transformers import TrainerCallback, set_seed
+from transformers import PreTrainedModel, TrainerCallback, set_seed
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.data import load_training_sources, row_keys
@@ -28,6 +28,8 @@ from neoembed.contrastive.model import build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.embedder import MINILM_ALIASES
+from neoembed.precision import resolve_precision
+from neoembed.pretrain import NeoBERTPreTrainedModel
 from neoembed.recipes import RecipeError, dump_recipe
 from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
 
@@ -76,9 +78,6 @@ def training_arguments(
     settings: ContrastiveSettings, evaluate: bool, prompts: dict | None = None
 ) -> SentenceTransformerTrainingArguments:
     train, optim = settings.train, settings.optim
-    bf16 = train.precision == "bf16" or (
-        train.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    )
     return SentenceTransformerTrainingArguments(
         output_dir=train.output_dir,
         max_steps=train.max_steps,
@@ -93,7 +92,7 @@ def training_arguments(
         lr_scheduler_type=optim.schedule,
         max_grad_norm=optim.max_grad_norm,
         seed=train.seed,
-        bf16=bf16,
+        bf16=resolve_precision(train.precision).train_bf16,
         logging_steps=train.log_steps,
         logging_nan_inf_filter=False,  # a NaN must reach `log` and stop the run
         eval_strategy="steps" if evaluate else "no",
@@ -104,6 +103,7 @@ def training_arguments(
         deepspeed=train.deepspeed,
         report_to=[],
         use_cpu=not torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,  # every parameter takes part in every step
         disable_tqdm=False,
         prompts=prompts or None,
     )
@@ -127,6 +127,8 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     )
     if settings.model.lora:
         add_lora(model, settings.model.lora)
+    if train.compile:
+        compile_encoder(model)
     loss = InfoNCELoss(
         model,
         temperature=settings.loss.temperature,
@@ -161,6 +163,16 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         text_keys={name: row_keys(d) for name, d in sources.items()},  # before the trainer's transforms
         callbacks=[TimeBudget(train.max_minutes)] if train.max_minutes else None,
     )
+
+
+def compile_encoder(model) -> None:
+    """NeoBERT compiles each block's work around attention (attention stays a fused kernel call); any other
+    encoder is compiled whole, with dynamic shapes since batch lengths vary."""
+    encoder = next(m for m in model.modules() if isinstance(m, PreTrainedModel))
+    if isinstance(encoder, NeoBERTPreTrainedModel):
+        encoder.compile_layers()
+    else:
+        encoder.compile(dynamic=True)
 
 
 def matryoshka_dims(settings: ContrastiveSettings, dimension: int) -> list[int]:

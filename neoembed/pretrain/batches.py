@@ -65,11 +65,6 @@ class RowPlan:
     def num_rows(self) -> int:
         return len(self.offsets) - 1
 
-    def attention_context(self) -> float:
-        """Mean number of keys a token attends to: sum(L^2) / sum(L) over the pieces (for FLOP counts)."""
-        lengths = (self.piece_end - self.piece_start).astype(np.float64)
-        return float((lengths**2).sum() / lengths.sum())
-
     def pieces(self, row: int) -> list[tuple[int, int, int]]:
         span = slice(self.offsets[row], self.offsets[row + 1])
         return list(
@@ -265,7 +260,21 @@ def packed_to_padded(batch: dict[str, torch.Tensor], pad_token_id: int = 0) -> d
     return {"input_ids": ids, "labels": padded_labels, "attention_mask": attention_mask}
 
 
-def count_real_tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Non-padding tokens of a padded (attention_mask) or packed (no padding at all) batch."""
+def batch_counts(batch: dict[str, torch.Tensor], row_length: int) -> torch.Tensor:
+    """(real tokens, token slots, sum of squared sequence lengths, predicted tokens) of a packed or padded MLM
+    batch, as one int64 tensor on the batch's device (read them with a single `.tolist()` per step).
+
+    Token slots are what the layout computes: a padded batch's rows x width; a packed batch's rows x
+    `row_length` (every packed row is full but the stream's last, so rows = ceil(tokens / row_length)).
+    """
+    labels = batch["labels"]
     mask = batch.get("attention_mask")
-    return int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+    if mask is not None:
+        lengths = mask.sum(dim=1)
+        slots = torch.tensor(mask.numel(), device=mask.device)
+    else:
+        lengths = batch["cu_seqlens"].diff()
+        tokens = batch["input_ids"].numel()
+        slots = torch.tensor(-(-tokens // row_length) * row_length, device=lengths.device)
+    lengths = lengths.to(torch.int64)
+    return torch.stack([lengths.sum(), slots, (lengths**2).sum(), (labels != -100).sum().to(lengths.device)])

@@ -8,6 +8,16 @@ from transformers.modeling_rope_utils import RopeParameters
 
 ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "unpadded")
 
+# transformers' `attn_implementation` names and the `attn_backend` each selects, and back: the implementation
+# transformers reports (`config._attn_implementation`) for each backend.
+BACKEND_OF_IMPLEMENTATION = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "unpadded"}
+IMPLEMENTATION_OF_BACKEND = {
+    "auto": "sdpa",
+    "sdpa": "sdpa",
+    "eager": "eager",
+    "unpadded": "flash_attention_2",
+}
+
 # RoPE scalings whose inverse frequencies transformers computes for us (ROPE_INIT_FUNCTIONS).
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn")
 
@@ -28,9 +38,16 @@ class NeoBERTConfig(PreTrainedConfig):
       released model. For inputs longer than the trained length use YaRN, e.g.
       `{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}`
       (also accepted: `linear` and `dynamic`).
-    - `attn_backend`: `auto` (unpadded when a batch has padding, else padded SDPA), `sdpa` (padded, masked),
-      `unpadded` (linear layers on real tokens only, attention per sequence via `cu_seqlens`), or `eager`
-      (explicit softmax; used automatically when attention weights are requested).
+    - `attn_backend`: `auto` (unpadded when a batch has padding and unpadding pays, else padded SDPA), `sdpa`
+      (padded; the mask is dropped when nothing is padded), `unpadded` (linear layers on real tokens only,
+      attention per sequence via `cu_seqlens`: flash-attn's or torch's varlen kernel on CUDA in bf16/fp16,
+      grouped SDPA elsewhere), or `eager` (explicit softmax; used automatically when attention weights are
+      requested).
+    - transformers' `attn_implementation` (`from_pretrained(..., attn_implementation=...)`,
+      `set_attn_implementation`) selects a backend: `"eager"` -> `eager`, `"flash_attention_2"` -> `unpadded`
+      (its varlen kernel, or torch's when flash-attn does not import, or grouped SDPA on CPU), `"sdpa"` ->
+      `sdpa`, except that `auto` already counts as `"sdpa"` and is kept. Not requesting one keeps `attn_backend`;
+      the model then reports `"sdpa"` for `auto`/`sdpa`, `"eager"` and `"flash_attention_2"` for the others.
     - `classifier_dropout`: dropout of the sequence-classification head.
     - `sparse_prediction`: with labels, the MLM head projects only the masked positions to the vocabulary and
       returns logits for those alone (ModernBERT's option of the same name); the loss is unchanged and the
@@ -90,6 +107,18 @@ class NeoBERTConfig(PreTrainedConfig):
             raise ValueError(
                 f"rope_parameters.rope_type must be one of {SUPPORTED_ROPE_TYPES}, got {rope_type!r}"
             )
+
+
+def backend_for_implementation(requested: str | None, backend: str) -> str:
+    """The `attn_backend` a model runs when transformers' `attn_implementation` is `requested` (None: not
+    requested) and the config says `backend`."""
+    if requested is None or requested == IMPLEMENTATION_OF_BACKEND[backend]:
+        return backend
+    if requested not in BACKEND_OF_IMPLEMENTATION:
+        raise ValueError(
+            f"NeoBERT supports attn_implementation {sorted(BACKEND_OF_IMPLEMENTATION)}, got {requested!r}"
+        )
+    return BACKEND_OF_IMPLEMENTATION[requested]
 
 
 def tiny_config(**overrides) -> NeoBERTConfig:

@@ -7,14 +7,20 @@ with no missing or unexpected keys. The forward accepts two layouts:
 - packed/unpadded: `input_ids` (tokens,) or (1, tokens) with `cu_seqlens` marking sequence boundaries.
 
 A padded batch is run unpadded (linear layers on real tokens only) when the config's `attn_backend` says so,
-or by default whenever it contains padding; the outputs are the same as the padded path's at real tokens.
-Padding positions of `last_hidden_state` are zero on the unpadded path.
+or by default whenever it contains padding and unpadding pays (`attention.choose_backend`); the outputs are the
+same as the padded path's at real tokens. Padding positions of `last_hidden_state` are zero on the unpadded path.
+
+`compile_layers()` compiles each block's work around attention (norms, projections, RoPE, SwiGLU, residuals)
+with torch.compile, one graph shared by all layers; attention itself stays a fused kernel call outside it, so
+padded, unpadded and packed batches compile alike.
 
 config.py, rope.py, attention.py and this file import only torch, transformers and each other (relatively), so
 an exported model directory can carry them as remote code for environments without neoembed.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +30,15 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
-from .attention import PaddedBatch, VarlenBatch, varlen_kernel
-from .config import NeoBERTConfig
+from .attention import (
+    PaddedBatch,
+    VarlenBatch,
+    autocast_dtype,
+    choose_backend,
+    importable_kernels,
+    varlen_kernel_for,
+)
+from .config import IMPLEMENTATION_OF_BACKEND, NeoBERTConfig, backend_for_implementation
 from .rope import RotaryEmbedding, apply_rotary
 
 
@@ -66,16 +79,33 @@ class EncoderBlock(GradientCheckpointingLayer):
         self.wo = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
         self.ffn_norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.ffn = SwiGLU(config.hidden_size, config.ffn_hidden_size)
+        self.compiled = False  # run the two regions around attention through torch.compile
 
-    def forward(self, x, cos, sin, batch: PaddedBatch | VarlenBatch):
-        # The fused projection is laid out per head: [q_h | k_h | v_h] for each head h in turn.
+    def attention_inputs(self, x, cos, sin):
+        """q, k, v of the normed input, q and k rotated. The fused projection is laid out per head:
+        [q_h | k_h | v_h] for each head h in turn."""
         qkv = self.qkv(self.attention_norm(x)).unflatten(-1, (self.num_heads, 3 * self.head_dim))
         q, k, v = qkv.chunk(3, dim=-1)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        attended, weights = batch.attend(q, k, v)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def attention_output_and_ffn(self, x, attended):
         x = x + self.wo(attended.flatten(-2))
-        x = x + self.ffn(self.ffn_norm(x))
-        return x, weights
+        return x + self.ffn(self.ffn_norm(x))
+
+    def forward(self, x, cos, sin, batch: PaddedBatch | VarlenBatch):
+        before, after = EncoderBlock.attention_inputs, EncoderBlock.attention_output_and_ffn
+        if self.compiled:
+            before, after = _compiled(before), _compiled(after)
+        q, k, v = before(self, x, cos, sin)
+        attended, weights = batch.attend(q, k, v)
+        return after(self, x, attended), weights
+
+
+@functools.cache
+def _compiled(region):
+    """One compiled graph per region, shared by every layer (parameters are graph inputs, not constants);
+    dynamic shapes, since token counts change from batch to batch."""
+    return torch.compile(region, dynamic=True)
 
 
 class NeoBERTPreTrainedModel(PreTrainedModel):
@@ -85,6 +115,20 @@ class NeoBERTPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["EncoderBlock"]
     _supports_sdpa = True
+
+    def _check_and_adjust_attn_implementation(
+        self, attn_implementation: str | None, is_init_check: bool = False, allow_all_kernels: bool = False
+    ) -> str:
+        # transformers calls this at init and from `set_attn_implementation`. NeoBERT's attention is its own
+        # (attention.py), so the request only selects `attn_backend`; transformers' flash-attn checks do not apply.
+        self.config.attn_backend = backend_for_implementation(attn_implementation, self.config.attn_backend)
+        return IMPLEMENTATION_OF_BACKEND[self.config.attn_backend]
+
+    def compile_layers(self) -> None:
+        """Compile every encoder block's regions around attention (see the module docstring)."""
+        for module in self.modules():
+            if isinstance(module, EncoderBlock):
+                module.compiled = True
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -128,8 +172,11 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        **kwargs,
     ) -> BaseModelOutput | tuple:
+        """A padded batch: `input_ids` (batch, length) and `attention_mask` (1 for real tokens; None: all real).
+        Packed sequences: `input_ids` (tokens,) or (1, tokens) with `cu_seqlens` (int32 offsets, sequences + 1)
+        and optionally `max_seqlen` (else computed). `position_ids` default to each sequence's own positions
+        counting real tokens only, so padding and packing never shift them."""
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -166,9 +213,8 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             position_ids = positions_from_cu_seqlens(cu_seqlens)
         if max_seqlen is None:
             max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
-        hidden, all_hidden, _ = self._run_layers(
-            x, position_ids.reshape(-1), VarlenBatch(cu_seqlens, max_seqlen), output_hidden_states
-        )
+        batch = VarlenBatch(cu_seqlens, max_seqlen, kernel=_varlen_kernel(x))
+        hidden, all_hidden, _ = self._run_layers(x, position_ids.reshape(-1), batch, output_hidden_states)
         if squeeze:
             hidden = hidden.unsqueeze(0)
             all_hidden = None if all_hidden is None else tuple(h.unsqueeze(0) for h in all_hidden)
@@ -185,9 +231,20 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             else:
                 position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
 
-        if self.config.attn_backend == "auto" and mask is not None and bool(mask.all()):
-            mask = None  # nothing is padded: without a mask SDPA may pick its fastest (flash) kernel
-        backend = self._resolve_backend(x, mask, output_attentions)
+        # Nothing padded: drop the mask, so SDPA may pick its flash kernel. Inside a compiled graph the check
+        # would be a data-dependent branch (a graph break), so there the mask is kept.
+        if mask is not None and not torch.compiler.is_compiling() and bool(mask.all()):
+            mask = None
+        device_type = x.device.type
+        backend = choose_backend(
+            self.config.attn_backend,
+            device_type=device_type,
+            dtype=x.dtype,
+            autocast_dtype=autocast_dtype(device_type),
+            importable=importable_kernels(),
+            has_padding=mask is not None,
+            output_attentions=output_attentions,
+        )
         if backend != "unpadded":
             batch = PaddedBatch(key_mask=mask, eager=backend == "eager")
             return self._run_layers(x, position_ids, batch, output_hidden_states, output_attentions)
@@ -197,7 +254,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         token_index = mask.flatten().nonzero().squeeze(1)
         seqlens = mask.sum(dim=1, dtype=torch.int32)
         cu_seqlens = F.pad(seqlens.cumsum(0, dtype=torch.int32), (1, 0))
-        batch = VarlenBatch(cu_seqlens, int(seqlens.max()))
+        batch = VarlenBatch(cu_seqlens, int(seqlens.max()), kernel=_varlen_kernel(x))
         hidden, all_hidden, _ = self._run_layers(
             x.flatten(0, 1)[token_index], position_ids.flatten()[token_index], batch, output_hidden_states
         )
@@ -208,20 +265,6 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
 
         all_hidden = None if all_hidden is None else tuple(repad(h) for h in all_hidden)
         return repad(hidden), all_hidden, None
-
-    def _resolve_backend(self, x: torch.Tensor, mask: torch.Tensor | None, output_attentions: bool) -> str:
-        if output_attentions:
-            return "eager"
-        backend = self.config.attn_backend
-        if backend != "auto":
-            return backend
-        # Data-dependent (the caller checked the mask): pin "sdpa" for torch.compile with full graphs.
-        if mask is None:
-            return "sdpa"
-        # Unpadding pays on CPU (exact per-sequence SDPA) and on CUDA with a fused varlen kernel (bf16/fp16);
-        # CUDA in fp32 has no varlen kernel, and a per-sequence loop there would cost more than the padding.
-        fused = varlen_kernel(x) != "sdpa_per_sequence"
-        return "unpadded" if x.device.type == "cpu" or fused else "sdpa"
 
     def _run_layers(self, x, position_ids, batch, output_hidden_states, output_attentions=False):
         """The layer stack on either layout. Hidden states follow the HF convention: the embedding output
@@ -240,6 +283,12 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         if output_hidden_states:
             all_hidden.append(x)
         return x, _as_tuple(all_hidden), _as_tuple(all_attn)
+
+
+def _varlen_kernel(x: torch.Tensor) -> str:
+    """The varlen kernel for layers computing on x: in autocast's dtype when autocast is on."""
+    device_type = x.device.type
+    return varlen_kernel_for(device_type, autocast_dtype(device_type) or x.dtype, importable_kernels())
 
 
 def _as_tuple(states: list | None) -> tuple | None:
@@ -268,20 +317,40 @@ class NeoBERTForMaskedLM(NeoBERTPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear):
         self.decoder = value
 
+    # The Trainer passes `num_items_in_batch` (the accumulated batch's masked-token count) to models that say so.
+    accepts_loss_kwargs = True
+
     def forward(
         self,
-        input_ids=None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        return_dict=None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
     ):
-        """`labels` as in HF MLM: the original token at masked positions, -100 elsewhere; the loss is the
+        """Inputs as `NeoBERTModel.forward`. `labels` as in HF MLM: the original token at masked positions, -100 elsewhere; the loss is the
         mean cross-entropy over masked tokens. With `num_items_in_batch` (the Trainer passes the masked-token
         count of the whole accumulated batch) the mean is taken over that count, so gradient accumulation
         weighs every masked token equally."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(input_ids, return_dict=True, **kwargs)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
         hidden = outputs.last_hidden_state
         if labels is not None and self.config.sparse_prediction:
             targets = labels.flatten() != -100
@@ -320,13 +389,34 @@ class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
             r = self.config.classifier_init_range
             init.uniform_(module.weight, -r, r)
 
-    def forward(self, input_ids=None, labels: torch.Tensor | None = None, return_dict=None, **kwargs):
-        """Classify the [CLS] state: the first real token of each row (so left padding works too)."""
-        if kwargs.get("cu_seqlens") is not None:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ):
+        """Classify the [CLS] state: the first real token of each row (so left padding works too). Padded
+        batches only: `cu_seqlens` is accepted to refuse packed input with a clear error."""
+        if cu_seqlens is not None:
             raise ValueError("sequence classification takes padded batches, not packed ones (cu_seqlens)")
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(input_ids, return_dict=True, **kwargs)
-        states, mask = outputs.last_hidden_state, kwargs.get("attention_mask")
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        states, mask = outputs.last_hidden_state, attention_mask
         rows = torch.arange(states.shape[0], device=states.device)
         first_token = (
             mask.to(states.device).long().argmax(dim=1) if mask is not None else torch.zeros_like(rows)

@@ -74,7 +74,12 @@ class OptimSettings(StrictSettings):
     eps: float = 1e-8
     max_grad_norm: float = Field(default=1.0, gt=0.0)
     warmup_steps: int = Field(default=2000, ge=0)
+    # cosine: the paper's (decay to min_lr_ratio by decay_fraction of the steps, then constant);
+    # wsd: warmup-stable-decay (the peak held, then a 1-sqrt decay to min_lr_ratio over the last
+    # wsd_decay_fraction of the steps)
+    schedule: Literal["cosine", "wsd"] = "cosine"
     decay_fraction: float = Field(default=0.9, gt=0.0, le=1.0)  # cosine decay ends at this fraction of steps
+    wsd_decay_fraction: float = Field(default=0.1, gt=0.0, le=1.0)
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)  # then constant at this fraction of the peak
 
 
@@ -84,6 +89,7 @@ class TrainSettings(StrictSettings):
     grad_accum: int = Field(default=1, gt=0)
     seed: int = 0
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on a CUDA device that has it
+    compile: bool = False  # torch.compile each block's work around attention (fused RoPE, norms, SwiGLU)
     log_steps: int = Field(default=10, gt=0)
     eval_steps: int = Field(default=100, gt=0)
     eval_batches: int = Field(default=8, gt=0)
@@ -91,7 +97,7 @@ class TrainSettings(StrictSettings):
     keep_checkpoints: int = Field(default=3, gt=0)
     num_workers: int = Field(default=0, ge=0)
     deepspeed: str | None = None  # a DeepSpeed JSON config (ZeRO-2 in recipes/); needs neoembed[deepspeed]
-    peak_tflops: float | None = Field(default=None, gt=0.0)  # device peak for MFU; None: known GPUs only
+    peak_tflops: float | None = Field(default=None, gt=0.0)  # device peak for MFU; None: known GPUs in bf16
     threads: int | None = Field(default=None, gt=0)  # torch CPU threads
 
     @model_validator(mode="after")

@@ -3,8 +3,8 @@
 The Trainer brings what the recipe needs from existing engines: torchrun DDP, DeepSpeed ZeRO through a config
 file, gradient accumulation, bf16 autocast, gradient checkpointing, rotating checkpoints with optimiser,
 scheduler and RNG state, and resume. neoembed adds the data (`MLMBatches`, deterministic per batch index, read
-in order), the paper's schedule, token throughput and MFU in the logs, a JSONL metrics file, and a stop with
-a clear message when the loss stops being finite.
+in order), the paper's schedule or warmup-stable-decay, token throughput, MFU and packing efficiency in the
+logs, a JSONL metrics file, and a stop with a clear message when the loss stops being finite.
 """
 
 from __future__ import annotations
@@ -17,83 +17,85 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
-from neoembed.pretrain.batches import MLMBatches, count_real_tokens, tokenize_documents, unwrap_single
+from neoembed.precision import resolve_precision
+from neoembed.pretrain.batches import MLMBatches, batch_counts, tokenize_documents, unwrap_single
 from neoembed.pretrain.config import NeoBERTConfig
 from neoembed.pretrain.corpus import load_corpus
+from neoembed.pretrain.flops import device_peak_flops, training_flops
 from neoembed.pretrain.modeling import NeoBERTForMaskedLM
-from neoembed.pretrain.schedule import lr_multiplier
+from neoembed.pretrain.schedule import lr_multiplier, wsd_multiplier
 from neoembed.pretrain.settings import PretrainSettings
 from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.recipes import RecipeError, dump_recipe
 from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
 
-# Dense bf16 peak of GPUs we know, for MFU when the recipe gives no peak_tflops.
-# Checked in order, so the PCIe H100 (756) is matched before the SXM one.
-KNOWN_PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
 
-
-# Settings that may change between a run and its resume without changing what is trained.
-def training_flops_per_token(config: NeoBERTConfig, context: float, decoder_fraction: float = 1.0) -> float:
-    """Forward plus backward FLOPs per token: 6 x the matmul parameters a token goes through, plus
-    attention's 12 x layers x hidden x context (`RowPlan.attention_context`). With sparse prediction only
-    `decoder_fraction` of the tokens (the masked ones) reach the MLM decoder."""
-    hidden, layers, ffn = config.hidden_size, config.num_hidden_layers, config.ffn_hidden_size
-    per_layer = 4 * hidden * hidden + 3 * hidden * ffn  # qkv + wo, w12 + w3
-    matmul_params = layers * per_layer + decoder_fraction * hidden * config.vocab_size
-    return 6 * matmul_params + 12 * layers * hidden * context
-
-
-def peak_flops(settings: PretrainSettings) -> float | None:
-    if settings.train.peak_tflops:
-        return settings.train.peak_tflops * 1e12
-    if torch.cuda.is_available():
-        name = torch.cuda.get_device_name()
-        for key, tflops in KNOWN_PEAK_TFLOPS.items():
-            if key in name:
-                return tflops * 1e12
-    return None
+def throughput_warmup_steps(compiled: bool) -> int:
+    """Optimizer steps left out of the throughput window: the first allocates memory and tunes kernels; with
+    compiled layers the first shapes of each layout also compile."""
+    return 3 if compiled else 1
 
 
 class PretrainTrainer(GuardedLogging, Trainer):
-    """Trainer plus the paper's schedule, token throughput / MFU in every log, JSONL metrics, NaN stop."""
+    """Trainer plus the recipe's schedule, throughput / MFU / packing efficiency in every log, JSONL metrics,
+    NaN stop."""
 
-    def __init__(
-        self, *args, settings: PretrainSettings, flops_per_token: float, peak: float | None, **kwargs
-    ):
+    def __init__(self, *args, settings: PretrainSettings, peak: float | None, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = settings
-        self.flops_per_token, self.peak = flops_per_token, peak
-        self._tokens = 0
-        self._window: tuple[float, int] | None = None  # (time, tokens) at the last log; set at the first step
+        self.peak = peak
+        self.warmup_steps = throughput_warmup_steps(settings.train.compile)
+        self._steps_run = 0  # optimizer steps this process started (a resumed run starts again at 0)
+        self._window_start: float | None = None  # opens when the warm-up steps are done
+        self._tokens = self._flops = 0.0  # inside the window
+        self._real = self._slots = 0  # since the last log, warm-up included: packing efficiency
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
             optim = self.settings.optim
+            if optim.schedule == "wsd":
+                factor = partial(wsd_multiplier, decay_steps_fraction=optim.wsd_decay_fraction)
+            else:
+                factor = partial(lr_multiplier, decay_fraction=optim.decay_fraction)
             factor = partial(
-                lr_multiplier,
+                factor,
                 warmup_steps=optim.warmup_steps,
                 total_steps=num_training_steps,
-                decay_fraction=optim.decay_fraction,
                 min_ratio=optim.min_lr_ratio,
             )
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
         return self.lr_scheduler
 
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        if self._window is None:
-            self._window = (time.perf_counter(), 0)
-        self._tokens += count_real_tokens(inputs)
-        return super().training_step(model, inputs, num_items_in_batch)
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """Also count what the step's micro-batches hold (one device sync per optimizer step)."""
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if not batches:
+            return batches, num_items
+        row_length = self.settings.data.max_length
+        counts = torch.stack([batch_counts(b, row_length).cpu() for b in batches]).sum(0).tolist()
+        real, slots, squares, decoded = counts
+        self._real += real
+        self._slots += slots
+        if self._steps_run == self.warmup_steps:
+            self._window_start = time.perf_counter()
+        if self._steps_run >= self.warmup_steps:
+            self._tokens += real
+            self._flops += training_flops(self.model.config, real, squares, decoded)
+        self._steps_run += 1
+        return batches, num_items
 
     def log(self, logs: dict, *args, **kwargs) -> None:
-        if "loss" in logs and self._window is not None:
+        if "loss" in logs:
+            if self._slots:
+                logs["packing_efficiency"] = round(self._real / self._slots, 4)
+            self._real = self._slots = 0
+        if "loss" in logs and self._window_start is not None and self._tokens:
             now, world = time.perf_counter(), self.args.world_size
-            start, tokens_then = self._window
-            tokens_per_second = (self._tokens - tokens_then) * world / max(now - start, 1e-9)
-            self._window = (now, self._tokens)
-            logs["tokens_per_s"] = round(tokens_per_second, 1)
+            seconds = max(now - self._window_start, 1e-9)
+            logs["tokens_per_s"] = round(self._tokens * world / seconds, 1)
             if self.peak:
-                logs["mfu"] = round(tokens_per_second * self.flops_per_token / (self.peak * world), 4)
+                logs["mfu"] = round(self._flops / (seconds * self.peak), 4)
+            self._window_start, self._tokens, self._flops = now, 0.0, 0.0
         super().log(logs, *args, **kwargs)
 
 
@@ -176,9 +178,9 @@ def run_pretraining(settings: PretrainSettings) -> Path:
 
     set_seed(train.seed)  # the initial weights depend on the recipe's seed only
     model = build_model(settings, tokenizer)
-    bf16 = train.precision == "bf16" or (
-        train.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    )
+    if train.compile:
+        model.compile_layers()
+    precision = resolve_precision(train.precision)
     args = TrainingArguments(
         output_dir=str(output_dir),
         max_steps=train.max_steps,
@@ -193,7 +195,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         max_grad_norm=settings.optim.max_grad_norm,
         train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
         seed=train.seed,
-        bf16=bf16,
+        bf16=precision.train_bf16,
         gradient_checkpointing=settings.model.gradient_checkpointing,
         logging_steps=train.log_steps,
         logging_nan_inf_filter=False,  # a NaN must reach `log` and stop the run
@@ -208,6 +210,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         deepspeed=train.deepspeed,
         report_to=[],
         use_cpu=not torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,  # every parameter takes part in every step
     )
     trainer = PretrainTrainer(
         model=model,
@@ -216,10 +219,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         eval_dataset=eval_batches,
         data_collator=unwrap_single,
         settings=settings,
-        flops_per_token=training_flops_per_token(
-            model.config, train_batches.plans[0].attention_context(), decoder_fraction=data.mask_rate
-        ),
-        peak=peak_flops(settings),
+        peak=device_peak_flops(train.peak_tflops, half_precision=precision.train_bf16),
     )
     model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
     trainer.train(resume_from_checkpoint=resume_from)

@@ -36,12 +36,11 @@ def to_serving_dtype(model, settings: ServeSettings):
     """The model in the settings' dtype: fp32 on CPU, half precision on GPU under `auto`."""
     import torch
 
-    dtype = settings.dtype
-    if dtype == "auto":
-        on_gpu = model.device.type == "cuda"
-        dtype = ("bfloat16" if torch.cuda.is_bf16_supported() else "float16") if on_gpu else "float32"
-    if dtype != "float32":
-        model.to(getattr(torch, dtype))
+    from neoembed.precision import resolve_precision
+
+    dtype = resolve_precision(settings.dtype, str(model.device)).weight_dtype
+    if dtype != torch.float32:
+        model.to(dtype)
     return model
 
 

@@ -1,0 +1,87 @@
+"""One answer to "which precision here?" for training, inference and serving.
+
+`resolve_precision(requested, device)` says which device runs the work, whether it has bf16 matrix units, the
+dtype to cast weights to for inference, and the mixed-precision flags to hand the Trainer. Everything that picks
+bf16/fp16 asks here, so `auto` means the same on every command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from neoembed.errors import InputError
+
+# Accepted spellings: the dtype names (serving, evaluation) and the recipes' short names.
+_ALIASES = {
+    "auto": "auto",
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
+
+
+@dataclass(frozen=True)
+class Precision:
+    device: str  # device type: "cuda", "cpu", "mps"
+    bf16_supported: bool  # bf16 runs on matrix units here (not emulated)
+    weight_dtype: torch.dtype  # inference: the dtype weights are cast to
+    train_bf16: bool  # training: bf16 autocast over fp32 master weights (the Trainer's `bf16`)
+    train_fp16: bool  # training: fp16 autocast with loss scaling (the Trainer's `fp16`)
+
+
+def cpu_has_bf16_units(capability: str, avx512_bf16: bool, amx_tile: bool) -> bool:
+    """Whether a CPU multiplies bf16 matrices in hardware (oneDNN's AVX512-BF16 or AMX kernels), from torch's
+    reported capability ("AVX2", "AVX512", ...) and its ISA probes. Elsewhere torch emulates bf16 matmuls,
+    often far slower than fp32 (about 1 GFLOP/s on an AVX2-only core)."""
+    return capability == "AVX512" and (avx512_bf16 or amx_tile)
+
+
+def bf16_supported(device: str) -> bool:
+    if device == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device == "cpu":
+        return cpu_has_bf16_units(
+            torch.backends.cpu.get_cpu_capability(),
+            torch.cpu._is_avx512_bf16_supported(),
+            torch.cpu._is_amx_tile_supported(),
+        )
+    return False
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_precision(requested: str = "auto", device: str | None = None) -> Precision:
+    """The precision for `requested` ("auto", "float32", "bfloat16", "float16", or fp32/bf16/fp16) on `device`
+    (a device string such as "cuda:1"; None: CUDA when present, else CPU).
+
+    `auto`: inference in bf16 on a CUDA device that has it (fp16 on older GPUs), fp32 elsewhere (also on CPUs
+    with bf16 units, for now); training with bf16 autocast where bf16 is supported on CUDA, else fp32.
+    """
+    name = _ALIASES.get(requested)
+    if name is None:
+        raise InputError(
+            f"unknown precision {requested!r}; choose auto, float32, bfloat16 or float16", param="precision"
+        )
+    device_type = torch.device(device or default_device()).type
+    bf16 = bf16_supported(device_type)
+    if name == "auto":
+        on_cuda = device_type == "cuda"
+        weight_dtype = (torch.bfloat16 if bf16 else torch.float16) if on_cuda else torch.float32
+        return Precision(device_type, bf16, weight_dtype, train_bf16=on_cuda and bf16, train_fp16=False)
+    if name == "bfloat16" and device_type == "cuda" and not bf16:
+        raise InputError(
+            f"bfloat16 was requested but {torch.cuda.get_device_name()} does not support it; "
+            "use float16 or float32",
+            param="precision",
+        )
+    weight_dtype = getattr(torch, name)
+    return Precision(
+        device_type, bf16, weight_dtype, train_bf16=name == "bfloat16", train_fp16=name == "float16"
+    )
