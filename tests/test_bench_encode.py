@@ -2,6 +2,7 @@
 
 import json
 
+import torch
 from typer.testing import CliRunner
 
 from neoembed.bench.encode import build_cases, make_batch
@@ -33,3 +34,28 @@ def test_bench_encode_writes_json_and_markdown_with_equal_outputs(tmp_path):
         assert row["padded tok/s"] > 0 and row["unpadded tok/s"] > 0
         assert row["max |diff|"] <= 1e-5, "padded and unpadded paths give the same hidden states"
     assert "unpadded/padded" in (tmp_path / "encode.md").read_text()
+
+
+def test_bench_encode_compares_with_modernbert_on_the_same_batches(tmp_path):
+    args = ["bench", "encode", "--configs", "tiny", "--dtypes", "fp32", "--lengths", "64", "--mixed", "16,64"]
+    args += ["--compare", "modernbert", "--repeats", "1", "--tokens-per-batch", "256", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "encode.json").read_text())
+    assert report["attention"] == {
+        "neobert fp32": "padded: sdpa; unpadded: sdpa_per_sequence",
+        "modernbert fp32": "sdpa",
+    }
+    fixed, mixed = report["rows"]
+    assert fixed["neobert path"] == "sdpa" and mixed["neobert path"] == "unpadded", "NeoBERT's auto choice"
+    for row in report["rows"]:
+        assert row["modernbert tok/s"] > 0 and row["neobert/modernbert"] > 0
+    assert "ModernBERT" in (tmp_path / "encode.md").read_text()
+
+
+def test_bench_encode_rejects_an_unknown_comparison_and_a_missing_gpu(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "encode", "--compare", "bert", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "modernbert" in result.output
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(app, ["bench", "encode", "--device", "cuda", "--out", str(tmp_path)])
+        assert result.exit_code == 2 and "CUDA" in result.output

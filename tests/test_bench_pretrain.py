@@ -21,4 +21,31 @@ def test_bench_pretrain_reports_three_layouts_and_equal_losses(tmp_path):
     report = json.loads((tmp_path / "pretrain.json").read_text())
     assert [row["layout"] for row in report["rows"]] == ["padded", "padded, unpadded path", "packed"]
     assert all(row["tokens/s"] > 0 and 0 < row["MFU"] < 1 for row in report["rows"])
+    assert [row["attention"] for row in report["rows"]] == ["sdpa, padded"] + [
+        "unpadded, sdpa_per_sequence"
+    ] * 2
+    assert all(0 < row["packing efficiency"] <= 1 for row in report["rows"])
+    assert report["settings"]["peak_source"] == "measured float32 matmul", "no GPU table entry applies"
     assert report["loss_gap"] < 1e-5
+
+
+def test_bench_pretrain_takes_the_peak_from_the_flag(tmp_path):
+    args = [
+        "bench",
+        "pretrain",
+        "--max-length",
+        "32",
+        "--token-budget",
+        "64",
+        "--steps",
+        "1",
+        "--warmup-steps",
+        "0",
+    ]
+    args += ["--peak-tflops", "0.001", "--threads", "1", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "pretrain.json").read_text())
+    assert report["settings"]["peak_source"] == "--peak-tflops"
+    for row in report["rows"]:
+        assert abs(row["MFU"] - row["TFLOP/s"] / 0.001) < 1e-9

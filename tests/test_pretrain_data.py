@@ -1,4 +1,4 @@
-"""Pretraining data: masking, packing plans, deterministic batches, the LR schedule."""
+"""Pretraining data: masking, packing plans, deterministic batches, their counts, the LR schedules."""
 
 import math
 
@@ -9,8 +9,15 @@ import torch
 from synthetic_text import random_documents
 
 from neoembed.pretrain import NeoBERTForMaskedLM, tiny_config
-from neoembed.pretrain.batches import MLMBatches, mask_tokens, packed_to_padded, plan_rows, tokenize_documents
-from neoembed.pretrain.schedule import lr_multiplier
+from neoembed.pretrain.batches import (
+    MLMBatches,
+    batch_counts,
+    mask_tokens,
+    packed_to_padded,
+    plan_rows,
+    tokenize_documents,
+)
+from neoembed.pretrain.schedule import lr_multiplier, wsd_multiplier
 from neoembed.pretrain.tokenizer import load_tokenizer
 
 MASK, VOCAB = 103, 30522
@@ -132,6 +139,31 @@ def test_schedule_warms_up_decays_by_cosine_then_stays_at_ten_percent():
     assert math.isclose(f(midpoint), 0.1 + 0.9 * 0.5, rel_tol=1e-9)
     assert math.isclose(f(899), 0.1, abs_tol=1e-4) and f(900) == 0.1 and f(999) == 0.1
     assert all(f(s) >= f(s + 1) for s in range(100, 999))
+
+
+def test_wsd_schedule_warms_up_holds_the_peak_then_decays_by_one_minus_sqrt():
+    def f(step):
+        return wsd_multiplier(
+            step, warmup_steps=100, total_steps=1000, decay_steps_fraction=0.2, min_ratio=0.0
+        )
+
+    assert f(0) == 0.0 and f(50) == 0.5
+    assert all(f(s) == 1.0 for s in range(100, 801)), "stable at the peak until the last 20% of the steps"
+    assert math.isclose(f(850), 1 - math.sqrt(0.25)) and math.isclose(f(1000), 0.0, abs_tol=1e-12)
+    assert all(f(s) > f(s + 1) for s in range(800, 1000))
+
+
+def test_batch_counts_real_tokens_slots_attention_and_predicted_tokens(tokenizer):
+    packed = make_batches(tokenizer, True)[0]
+    padded = packed_to_padded(packed)
+    lengths = packed["cu_seqlens"].diff()
+    for batch in (packed, padded):
+        real, slots, squares, predicted = batch_counts(batch, 32).tolist()
+        assert real == int(lengths.sum()) and squares == int((lengths**2).sum())
+        assert predicted == int((packed["labels"] != -100).sum())
+    assert batch_counts(padded, 32)[1] == padded["attention_mask"].numel(), "padded slots include the padding"
+    tokens = packed["input_ids"].numel()
+    assert batch_counts(packed, 32)[1] == -(-tokens // 32) * 32 == 4 * 32, "4 full packed rows"
 
 
 @pytest.mark.parametrize("recipe", ["pretrain-cpu", "neobert-stage1", "neobert-stage2"])

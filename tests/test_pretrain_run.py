@@ -231,3 +231,21 @@ def test_empty_documents_are_skipped_and_counted(tmp_path, caplog):
         train, heldout = load_corpus(CorpusSettings(files=[str(table)], heldout_fraction=0.0))
     assert sorted(train["text"]) == ["a real document", "another one"] and len(heldout) == 0
     assert "skipped 2 empty or non-text documents of 4" in caplog.text
+
+
+def test_a_wsd_schedule_holds_the_peak_then_decays(tmp_path):
+    recipe = tiny_recipe(tmp_path)
+    recipe["optim"] |= {"schedule": "wsd", "wsd_decay_fraction": 0.25, "min_lr_ratio": 0.0}
+    run_pretraining(PretrainSettings.model_validate(recipe))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["learning_rate"] for r in records if "loss" in r]  # each logged after its step
+    peak = recipe["optim"]["lr"]
+    assert rates[1] == peak / 2 and all(rate == peak for rate in rates[2:7])
+    assert 0 < rates[7] < peak, "the last quarter of the steps decays"
+
+
+@pytest.mark.slow
+def test_a_run_with_compiled_layers_trains(tmp_path):
+    final = run_pretraining(PretrainSettings.model_validate(tiny_recipe(tmp_path, compile=True)))
+    assert (final / "model.safetensors").exists()
+    assert losses(tmp_path / "run")[8] < losses(tmp_path / "run")[1]

@@ -1,0 +1,38 @@
+"""MFU accounting: model FLOPs per batch (attention from each batch's own lengths) and known GPU peaks."""
+
+import pytest
+
+from neoembed.pretrain import tiny_config
+from neoembed.pretrain.flops import known_peak_tflops, training_flops
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),  # SXM
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA L4", 121.0),
+        ("NVIDIA L40S", 362.0),
+        ("NVIDIA GeForce GTX 1080", None),
+    ],
+)
+def test_known_gpu_peaks_tell_h100_parts_apart(name, tflops):
+    assert known_peak_tflops(name) == tflops
+
+
+def test_attention_flops_follow_each_batchs_sequence_lengths():
+    config = tiny_config()
+    one_long = training_flops(config, tokens=1024, sum_squared_lengths=1024**2, decoded=0)
+    many_short = training_flops(config, tokens=1024, sum_squared_lengths=16 * 64**2, decoded=0)
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    assert one_long - many_short == 12 * layers * hidden * (1024**2 - 16 * 64**2)
+
+
+def test_the_decoder_counts_only_predicted_tokens():
+    config = tiny_config()
+    sparse = training_flops(config, tokens=100, sum_squared_lengths=100, decoded=20)
+    dense = training_flops(config, tokens=100, sum_squared_lengths=100, decoded=100)
+    assert dense - sparse == 6 * 80 * config.hidden_size * config.vocab_size
