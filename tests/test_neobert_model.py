@@ -405,9 +405,9 @@ def test_padded_forward_compiles_without_graph_breaks():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_varlen_kernels_match_padded_sdpa_in_bf16_forward_and_backward():
-    from neoembed.pretrain.attention import varlen_kernel
+    from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
 
-    assert varlen_kernel(torch.empty(1, device="cuda", dtype=torch.bfloat16)) != "sdpa_per_sequence"
+    assert varlen_kernel_for("cuda", torch.bfloat16, importable_kernels()) != "sdpa_per_sequence"
     padded = NeoBERTForMaskedLM(tiny_config(attn_backend="sdpa")).cuda().to(torch.bfloat16)
     unpadded = NeoBERTForMaskedLM(tiny_config(attn_backend="unpadded")).cuda().to(torch.bfloat16)
     unpadded.load_state_dict(padded.state_dict())

@@ -162,7 +162,7 @@ def run(
         model.config.attn_backend = backend
         on_device_batches = on_device(batches, count, device)
         real, slots, squares, decoded = (
-            torch.stack([batch_counts(b, max_length).cpu() for b in on_device_batches[warmup_steps:]])
+            torch.stack([batch_counts(b, max_length) for b in on_device_batches[warmup_steps:]])
             .sum(0)
             .tolist()
         )

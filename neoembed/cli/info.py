@@ -35,6 +35,7 @@ def info() -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from neoembed.precision import resolve_precision
     from neoembed.pretrain.attention import available_backends
 
     console = Console()
@@ -47,9 +48,9 @@ def info() -> None:
     device = Table("item", "value", title="Device")
     if torch.cuda.is_available():
         device.add_row("device", f"cuda: {torch.cuda.get_device_name()}")
-        device.add_row("bf16", str(torch.cuda.is_bf16_supported()))
     else:
         device.add_row("device", "cpu (no CUDA device)")
+    device.add_row("bf16 hardware", str(resolve_precision().bf16_supported))
     device.add_row("cpu capability", torch.backends.cpu.get_cpu_capability())
     device.add_row("torch threads", str(torch.get_num_threads()))
     console.print(device)

@@ -72,7 +72,7 @@ class PretrainTrainer(GuardedLogging, Trainer):
         if not batches:
             return batches, num_items
         row_length = self.settings.data.max_length
-        counts = torch.stack([batch_counts(b, row_length).cpu() for b in batches]).sum(0).tolist()
+        counts = torch.stack([batch_counts(b, row_length) for b in batches]).sum(0).tolist()
         real, slots, squares, decoded = counts
         self._real += real
         self._slots += slots
