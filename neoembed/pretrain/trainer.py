@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, set_seed
 
 from neoembed.pretrain.batches import MLMBatches, count_real_tokens, tokenize_documents, unwrap_single
 from neoembed.pretrain.config import NeoBERTConfig
@@ -25,14 +25,19 @@ from neoembed.pretrain.schedule import lr_multiplier
 from neoembed.pretrain.settings import PretrainSettings
 from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.recipes import RecipeError, dump_recipe
-from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
+from neoembed.runs import (
+    METRICS_FILE,
+    MetricsLog,
+    check_resume_compatible,
+    last_complete_checkpoint,
+    trainer_arguments,
+)
 
 # Dense bf16 peak of GPUs we know, for MFU when the recipe gives no peak_tflops.
 # Checked in order, so the PCIe H100 (756) is matched before the SXM one.
 KNOWN_PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
 
 
-# Settings that may change between a run and its resume without changing what is trained.
 def training_flops_per_token(config: NeoBERTConfig, context: float, decoder_fraction: float = 1.0) -> float:
     """Forward plus backward FLOPs per token: 6 x the matmul parameters a token goes through, plus
     attention's 12 x layers x hidden x context (`RowPlan.attention_context`). With sparse prediction only
@@ -54,8 +59,8 @@ def peak_flops(settings: PretrainSettings) -> float | None:
     return None
 
 
-class PretrainTrainer(GuardedLogging, Trainer):
-    """Trainer plus the paper's schedule, token throughput / MFU in every log, JSONL metrics, NaN stop."""
+class PretrainTrainer(Trainer):
+    """Trainer plus the paper's schedule and token throughput / MFU in every log."""
 
     def __init__(
         self, *args, settings: PretrainSettings, flops_per_token: float, peak: float | None, **kwargs
@@ -176,11 +181,14 @@ def run_pretraining(settings: PretrainSettings) -> Path:
 
     set_seed(train.seed)  # the initial weights depend on the recipe's seed only
     model = build_model(settings, tokenizer)
-    bf16 = train.precision == "bf16" or (
-        train.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    )
-    args = TrainingArguments(
-        output_dir=str(output_dir),
+    args = trainer_arguments(
+        output_dir=output_dir,
+        seed=train.seed,
+        precision=train.precision,
+        log_steps=train.log_steps,
+        save_steps=train.save_steps,
+        keep_checkpoints=train.keep_checkpoints,
+        num_workers=train.num_workers,
         max_steps=train.max_steps,
         per_device_train_batch_size=1,  # each dataset item already is a micro-batch
         per_device_eval_batch_size=1,
@@ -192,22 +200,12 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         adam_epsilon=settings.optim.eps,
         max_grad_norm=settings.optim.max_grad_norm,
         train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
-        seed=train.seed,
-        bf16=bf16,
         gradient_checkpointing=settings.model.gradient_checkpointing,
-        logging_steps=train.log_steps,
-        logging_nan_inf_filter=False,  # a NaN must reach `log` and stop the run
         eval_strategy="steps" if eval_batches is not None else "no",
         eval_steps=train.eval_steps,
         prediction_loss_only=True,
-        save_strategy="steps",
-        save_steps=train.save_steps,
-        save_total_limit=train.keep_checkpoints,
-        dataloader_num_workers=train.num_workers,
         remove_unused_columns=False,
         deepspeed=train.deepspeed,
-        report_to=[],
-        use_cpu=not torch.cuda.is_available(),
     )
     trainer = PretrainTrainer(
         model=model,
@@ -220,6 +218,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
             model.config, train_batches.plans[0].attention_context(), decoder_fraction=data.mask_rate
         ),
         peak=peak_flops(settings),
+        callbacks=[MetricsLog(output_dir / METRICS_FILE)],
     )
     model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
     trainer.train(resume_from_checkpoint=resume_from)
