@@ -10,7 +10,6 @@ model card.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from neoembed.runs import (
     check_resume_compatible,
     last_complete_checkpoint,
     trainer_arguments,
+    write_json,
 )
 
 
@@ -219,5 +219,5 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         named = prompts.named_prompts(settings.data.prompts, sources)
         export_model(model, export_path, facts, named)
         summary["export"] = str(export_path)
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_json(output_dir / "summary.json", summary)
     return summary
