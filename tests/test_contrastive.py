@@ -11,14 +11,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from datasets import Dataset
 from torch.utils.data import ConcatDataset
 
-from neoembed.contrastive.data import ContrastiveDataError, load_training_sources, row_keys, text_key
-from neoembed.contrastive.loss import InfoNCELoss, token_keys, with_matryoshka
+from neoembed.contrastive.data import (
+    ContrastiveDataError,
+    TextKeyCollator,
+    load_training_sources,
+    text_keys,
+)
+from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 from neoembed.contrastive.model import BaseModelError, build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler, SamplerError
 from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.data.normalize import text_key
 from neoembed.recipes import RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +81,11 @@ def features(model, columns: list[list[str]]) -> list[dict]:
     return [model.tokenize(texts) for texts in columns]
 
 
+def keys(columns: list[list[str]]) -> list[torch.Tensor]:
+    """Each column's text keys: the loss's labels, as the trainer passes them."""
+    return [torch.tensor([text_key(t) for t in texts]) for texts in columns]
+
+
 COLUMNS = [
     [f"query {i} about topic {i * 7}" for i in range(8)],
     [f"the answer to question {i} is {i * 3}" for i in range(8)],
@@ -101,7 +111,7 @@ def test_cached_loss_gives_the_uncached_loss_and_gradients(tiny_model, symmetric
     for mini_batch_size in (None, 3):
         tiny_model.zero_grad()
         loss = make_loss(tiny_model, mini_batch_size, dims, [1.0, 0.5, 0.25], symmetric=symmetric)
-        value = loss(features(tiny_model, COLUMNS), None)
+        value = loss(features(tiny_model, COLUMNS), keys(COLUMNS))
         value.backward()
         results.append((value.item(), grads(tiny_model)))
     (plain, plain_grads), (cached, cached_grads) = results
@@ -116,7 +126,9 @@ def test_matryoshka_sums_infonce_over_truncated_renormalised_embeddings(tiny_mod
     dims, weights = [8, 32, 16], [0.25, 1.0, 0.5]  # any order: the library sorts them together
     tiny_model.eval()
     with torch.no_grad():
-        value = make_loss(tiny_model, mini_batch_size, dims, weights)(features(tiny_model, COLUMNS), None)
+        value = make_loss(tiny_model, mini_batch_size, dims, weights)(
+            features(tiny_model, COLUMNS), keys(COLUMNS)
+        )
         query, *docs = [tiny_model(f)["sentence_embedding"] for f in features(tiny_model, COLUMNS)]
     docs, rows = torch.cat(docs), torch.arange(len(query))
     expected = 0.0
@@ -146,7 +158,8 @@ def test_copies_of_a_positive_are_masked_and_each_text_counts_once(tiny_model):
     negatives = ["a small feline", "a small feline pet", "grass eater"]
     loss = InfoNCELoss(tiny_model)
     with torch.no_grad():
-        value = loss(features(tiny_model, [queries, positives, negatives])).item()
+        columns = [queries, positives, negatives]
+        value = loss(features(tiny_model, columns), keys(columns)).item()
     distinct = list(dict.fromkeys(positives + negatives))  # every distinct text once
     expected = expected_infonce(tiny_model, queries, positives, [distinct] * 3)
     assert value == pytest.approx(expected, rel=1e-4)
@@ -159,11 +172,16 @@ def test_copies_of_a_positive_are_masked_and_each_text_counts_once(tiny_model):
     assert library > value + 0.1  # the library loss counts the copies as wrong answers
 
 
-def test_token_keys_ignore_padding_and_separate_texts(tiny_model):
-    short = tiny_model.tokenize(["same text"])
-    padded = tiny_model.tokenize(["same text", "a much longer text that forces padding on the first row"])
-    assert token_keys(short)[0] == token_keys(padded)[0]
-    assert token_keys(padded)[0] != token_keys(padded)[1]
+def test_the_collator_hands_the_loss_each_columns_text_keys(tiny_model, tmp_path):
+    build = write_build(tmp_path / "build", {"a": records("a", 4, lambda i: 2)})
+    rows = load_training_sources(build, None, max_negatives=2)["a"]
+    batch = TextKeyCollator(preprocess_fn=tiny_model.preprocess)([rows[i] for i in range(3)])
+    names = ("query", "positive", "negative_1", "negative_2")  # the key columns are not tokenised as texts
+    assert sorted(k for k in batch if k.endswith("_input_ids")) == sorted(f"{n}_input_ids" for n in names)
+    expected = [[text_key(rows[i][name]) for name in names] for i in range(3)]
+    assert batch["text_keys"].dtype == torch.int64 and batch["text_keys"].tolist() == expected
+    with pytest.raises(ValueError, match="text keys of each of its 2 columns"):
+        InfoNCELoss(tiny_model)(features(tiny_model, [["a"], ["b"]]), None)
 
 
 class _Rows(torch.utils.data.Dataset):
@@ -179,10 +197,7 @@ def make_sampler(rows, *, alpha=0.5, world_size=1, grad_accum=1, batch_size=4, s
     dataset = ConcatDataset([_Rows(n) for n in rows])
     batch_samplers = [torch.utils.data.BatchSampler(range(n), batch_size, drop_last=True) for n in rows]
     texts = texts or (lambda source, row: (f"{source}-{row}",))
-    keys = [
-        row_keys(Dataset.from_list([{f"text_{i}": t for i, t in enumerate(texts(s, r))} for r in range(n)]))
-        for s, n in enumerate(rows)
-    ]
+    keys = [np.array([[text_key(t) for t in texts(s, r)] for r in range(n)]) for s, n in enumerate(rows)]
     return HomogeneousBatchSampler(
         dataset,
         batch_samplers,
@@ -234,15 +249,27 @@ def test_sampler_keeps_duplicate_texts_out_of_a_batch():
         list(make_sampler([50], batch_size=6, texts=texts))
 
 
-def test_text_keys_are_fixed_size_and_equal_only_for_the_same_normalised_text():
+def test_text_keys_are_fixed_size_and_equal_only_for_the_same_normalised_text(tmp_path):
     long = "word " * 5000
-    rows = Dataset.from_dict(
-        {"query": ["A  cat", "a dog", long], "positive": ["a cat", "A DOG ", long + "!"]}
-    )
-    keys = row_keys(rows)
-    assert keys.shape == (3, 2) and keys.dtype == np.int64 and keys.nbytes == 3 * 2 * 8
-    assert keys[0, 0] == keys[0, 1] == text_key("a cat") and keys[1, 0] == keys[1, 1]
-    assert len(set(keys[:, 0].tolist())) == 3 and keys[2, 0] != keys[2, 1]
+    queries, positives = ["A  cat", "a dog", long], ["a cat.", "A DOG ", long + " more"]
+    stored = {
+        "query": queries,
+        "positive": positives,
+        "negatives": [[], [], []],
+        "source": ["s"] * 3,
+        "query_key": [text_key(t) for t in queries],
+        "positive_key": [text_key(t) for t in positives],
+        "negative_keys": [[], [], []],
+    }
+    old = {
+        c: stored[c] for c in ("query", "positive", "negatives", "source")
+    }  # built before keys were stored
+    for name, columns in (("stored", stored), ("computed", old)):
+        rows = load_training_sources(write_build(tmp_path / name, {"s": columns}), None, max_negatives=2)["s"]
+        keys = text_keys(rows)
+        assert keys.shape == (3, 2) and keys.dtype == np.int64 and keys.nbytes == 3 * 2 * 8
+        assert keys[0, 0] == keys[0, 1] == text_key("a cat") and keys[1, 0] == keys[1, 1]
+        assert len(set(keys[:, 0].tolist())) == 3 and keys[2, 0] != keys[2, 1]
 
 
 def test_records_become_fixed_negative_columns_padded_with_the_positive(tmp_path):
@@ -250,10 +277,14 @@ def test_records_become_fixed_negative_columns_padded_with_the_positive(tmp_path
     sources = load_training_sources(build, None, max_negatives=4)
     assert set(sources) == {"a", "b"}
     a, b = sources["a"], sources["b"]
-    assert a.column_names == ["query", "positive", "negative_1", "negative_2"]
+    assert a.column_names == [
+        *("query", "positive", "negative_1", "negative_2"),
+        *("query_text_key", "positive_text_key", "negative_1_text_key", "negative_2_text_key"),
+    ]
     assert a[0]["negative_1"] == a[0]["positive"]  # row 0 has no negatives
+    assert a[0]["negative_1_text_key"] == a[0]["positive_text_key"] == text_key(a[0]["positive"])
     assert a[2]["negative_2"] == "a wrong answer 2 1"
-    assert b.column_names[-1] == "negative_4"  # capped at max_negatives
+    assert "negative_4" in b.column_names and "negative_5" not in b.column_names  # capped at max_negatives
 
 
 def test_bad_records_name_their_cause(tmp_path):

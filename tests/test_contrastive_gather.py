@@ -29,13 +29,15 @@ VARIANTS = {
 
 def loss_and_grads(model, columns, variant) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
+    from neoembed.data.normalize import text_key
 
     mini_batch_size, dims = variant
     model.zero_grad()
     loss = InfoNCELoss(model, symmetric=True, mini_batch_size=mini_batch_size)
     if dims:
         loss = with_matryoshka(model, loss, dims, [1.0, 0.5])
-    value = loss([model.tokenize(texts) for texts in columns], None)
+    keys = [torch.tensor([text_key(t) for t in texts]) for texts in columns]
+    value = loss([model.tokenize(texts) for texts in columns], keys)
     value.backward()
     return value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

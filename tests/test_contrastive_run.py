@@ -15,6 +15,7 @@ from test_contrastive import records, tiny_encoder_dir, write_build
 
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.contrastive.train import run_contrastive
+from neoembed.data.normalize import text_key
 
 ROOT = Path(__file__).resolve().parents[1]
 PORTABLE = ("Transformer", "Pooling", "Normalize")
@@ -209,7 +210,9 @@ def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(
     exported = SentenceTransformer(str(export), device="cpu")
     for source, query_name in (("alpha", "query"), ("beta", "beta_query")):
         rows = [trainer.train_dataset[source][i] for i in range(3)]
-        features, _ = trainer.collect_features(trainer.data_collator(rows))
+        features, keys = trainer.collect_features(trainer.data_collator(rows))
+        columns = ("query", "positive", "negative_1", "negative_2")
+        assert [k.tolist() for k in keys] == [[text_key(r[c]) for r in rows] for c in columns]
         prompted = trainer.model.tokenize([config["prompts"][query_name] + r["query"] for r in rows])
         assert torch.equal(features[0]["input_ids"], prompted["input_ids"])  # training saw the prompt
         negatives = trainer.model.tokenize(["passage: " + r["negative_1"] for r in rows])
@@ -290,7 +293,79 @@ def test_matryoshka_runs_report_each_dimension_and_export_the_full_one(tmp_path,
     export = Path(summary["export"])
     card = (export / "README.md").read_text()
     assert "Matryoshka embeddings at 32, 16, 8 dimensions" in card and "ndcg@10_dim8" in card
+    assert_card_states_the_run(export, summary, build)
     model = SentenceTransformer(str(export), device="cpu")
     assert model.truncate_dim is None and model.encode(TEXTS).shape == (len(TEXTS), 32)
     short = SentenceTransformer(str(export), device="cpu", truncate_dim=8).encode(TEXTS)
     assert short.shape == (len(TEXTS), 8)
+
+
+def assert_card_states_the_run(export: Path, summary: dict, build: Path) -> None:
+    """The export's README is sentence-transformers' card with neoembed's facts about the run."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(export / "README.md")
+    assert card.data.library_name == "sentence-transformers" and {"neoembed", "infonce"} <= set(
+        card.data.tags
+    )
+    text = card.text
+    # the library's sections (evaluator results, dataset statistics, hyperparameters), neoembed's before them
+    assert (
+        text.index("## Evaluation")
+        < text.index("## Training with neoembed")
+        < text.index("## Training Details")
+    )
+    assert "### Training Hyperparameters" in text and "text_key" not in text  # keys are no model input
+    assert f"for **{summary['steps']} steps**" in text and f"Records: `{build}`" in text
+    assert "- alpha: 48 rows\n- beta: 24 rows" in text
+    for stage, scores in (("before", summary["eval_before"]), ("after", summary["eval_after"])):
+        assert f"| {stage} fine-tuning | {scores['ndcg@10']:.4f} | {scores['recall@1']:.4f} |" in text
+    recipe_yaml = text.split("### Recipe\n```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(recipe_yaml)["train"]["max_steps"] == summary["steps"]
+
+
+def test_a_hub_base_model_is_the_cards_base_model(tmp_path, build, minilm_path):
+    from huggingface_hub import ModelCard
+
+    from neoembed.contrastive.model import build_model
+    from neoembed.contrastive.model_card import model_card, training_facts
+
+    settings = ContrastiveSettings.model_validate(recipe(build, "minilm", tmp_path / "run"))
+    model = build_model(str(tiny_encoder_dir(tmp_path, minilm_path)), "mean", 24)
+    facts = training_facts(settings, model, {"alpha": range(48)}, steps=0, before=None, after={})
+    card = ModelCard(model_card(model, facts))
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "from **sentence-transformers/all-MiniLM-L6-v2**" in card.text
+    assert "No held-out evaluation was run" in card.text
+
+
+DDP_WORKER = """
+import json, sys
+import torch
+from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.contrastive.train import run_contrastive
+from neoembed.runs import release_process_group
+
+torch.set_num_threads(1)
+run_contrastive(ContrastiveSettings.model_validate(json.loads(sys.argv[1])))
+release_process_group()
+"""
+
+
+def test_two_gloo_ranks_train_a_base_whose_pooler_gets_no_gradient(tmp_path, build, minilm_path):
+    """A BERT base's pooler is unused by mean pooling: DDP must be told to look for unused parameters."""
+    import os
+
+    base = tiny_encoder_dir(tmp_path, minilm_path)
+    plan = recipe(build, base, tmp_path / "run", max_steps=3, save_steps=3)
+    worker = tmp_path / "worker.py"
+    worker.write_text(DDP_WORKER)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*command, str(worker), json.dumps(plan)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in logged if "loss" in line] == [1, 2, 3]  # written by the main rank only
+    assert (tmp_path / "run" / "neobert-embed" / "model.safetensors").exists()

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from neoembed.cli import app
 from neoembed.data.build import Build, BuildConfig, build
 from neoembed.data.manifest import ManifestError, load_manifest, load_manifests
+from neoembed.data.normalize import text_key
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE_SOURCES = {
@@ -89,12 +90,19 @@ def test_missing_column_names_manifest_and_field(tmp_path, sources):
 def test_maps_real_source_shapes_and_counts_every_drop(config):
     stats = build(config)
     allnli = read_source(config.out, "allnli")
-    assert allnli[0] == {
+    texts, keys = ("query", "positive", "negatives", "source"), ("query_key", "positive_key", "negative_keys")
+    assert {k: allnli[0][k] for k in texts} == {
         "query": "A man is playing a guitar.",
         "positive": "A person plays music.",
         "negatives": ["Nobody plays."],
         "source": "allnli",
     }
+    # every text's identity is stored beside it
+    assert [allnli[0][k] for k in keys] == [
+        text_key("A man is playing a guitar."),
+        text_key("A person plays music."),
+        [text_key("Nobody plays.")],
+    ]
     assert (
         allnli[2]["query"] == "A woman reads" and allnli[2]["negatives"] == []
     )  # cleaned, empty negative gone
@@ -197,7 +205,10 @@ def test_load_records_reads_a_finished_build(config):
     stats = build(config)
     records = load_records(config.out)
     assert {n: len(d) for n, d in records.items()} == {n: s["rows_out"] for n, s in stats["sources"].items()}
-    assert records["qqp"].column_names == ["query", "positive", "negatives", "source"]
+    assert records["qqp"].column_names == [
+        *("query", "positive", "negatives", "source"),
+        *("query_key", "positive_key", "negative_keys"),
+    ]
     assert records["qqp"][0]["negatives"] == ["How do I learn Java?", "Is Python slow?"]
     with pytest.raises(RecordsError, match="not in this build"):
         load_records(config.out, ["nope"])

@@ -44,7 +44,7 @@ def miner():
 
 
 def keys(texts):
-    return np.array([text_key(clean(t)) for t in texts], dtype=np.uint64)
+    return np.array([text_key(clean(t)) for t in texts], dtype=np.int64)
 
 
 def mine(miner, pairs, tmp_path, groups=None):

@@ -12,7 +12,6 @@ and server do not share one GIL, as in deployment; both sides use the same numbe
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -26,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.runs import append_jsonl
 
 TARGET_RATIO = 0.8  # the target: server throughput >= 0.8x direct encode
 
@@ -83,11 +83,6 @@ async def _drive(base: str, requests: list[list[str]], clients: int) -> tuple[fl
     return wall, latencies
 
 
-def _log(path: Path, record: dict) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def run(
     *,
     model: str,
@@ -122,12 +117,12 @@ def run(
                 started = time.perf_counter()
                 embedder.encode(inputs, batch_size=size, show_progress_bar=False)
                 direct_s[size].append(time.perf_counter() - started)
-                _log(
+                append_jsonl(
                     log_path, {"round": round_, "path": f"encode batch {size}", "seconds": direct_s[size][-1]}
                 )
             wall, latencies = asyncio.run(_drive(base, requests, clients))
             served.append((wall, latencies))
-            _log(log_path, {"round": round_, "path": "server", "seconds": wall, "texts": len(inputs)})
+            append_jsonl(log_path, {"round": round_, "path": "server", "seconds": wall, "texts": len(inputs)})
     finally:
         server.terminate()
         server.wait(timeout=120)

@@ -19,7 +19,7 @@ def contrastive(
     from neoembed.contrastive.settings import ContrastiveSettings
     from neoembed.contrastive.train import run_contrastive
     from neoembed.recipes import RecipeError, load_recipe, parse_overrides
-    from neoembed.training import TrainingDiverged, release_process_group
+    from neoembed.runs import TrainingDiverged, release_process_group
 
     try:
         overrides = parse_overrides(ctx.args)

@@ -15,7 +15,7 @@ def pretrain(
     from neoembed.pretrain.settings import PretrainSettings
     from neoembed.pretrain.trainer import run_pretraining
     from neoembed.recipes import RecipeError, load_recipe, parse_overrides
-    from neoembed.training import TrainingDiverged, release_process_group
+    from neoembed.runs import TrainingDiverged, release_process_group
 
     try:
         settings = load_recipe(recipe, PretrainSettings, parse_overrides(ctx.args))

@@ -1,26 +1,35 @@
-"""The builder's contrastive records as training columns: query, positive, negative_1..k per source.
+"""The builder's contrastive records as training columns, and the collator that hands them to the loss.
 
 sentence-transformers tokenises one column per text position, so the variable-length `negatives` list becomes
 k fixed columns, k = the most negatives any row of the source has (capped by `max_negatives`). A row with
 fewer negatives repeats its own positive in the spare columns; the loss counts each distinct text once per
 row, so these fillers score nothing.
+
+Every text column `c` has an int64 column `c_text_key` beside it: the text's `data.normalize.text_key`, which the
+sampler and the loss compare (the collator hands the loss a batch's keys). The build stores the keys in the records; records built before it did get
+them computed here, with the same function.
 """
 
 from __future__ import annotations
 
-import hashlib
-import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from datasets import Dataset, Features, Sequence, Value
+import torch
+from datasets import Dataset, Features, Value
 from datasets.exceptions import DatasetGenerationError
+from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
 
+from neoembed.data.normalize import text_key
 from neoembed.data.records import RecordsError, load_records
 
 REQUIRED_COLUMNS = ("query", "positive", "negatives")
+KEY_COLUMNS = ("query_key", "positive_key", "negative_keys")  # written by the build
+KEY_SUFFIX = "_text_key"
+TEXT_KEYS = "text_keys"  # the batch entry TextKeyCollator adds
 
 
 class ContrastiveDataError(ValueError):
@@ -30,7 +39,8 @@ class ContrastiveDataError(ValueError):
 def load_training_sources(
     path: str | Path, sources: list[str] | None, max_negatives: int, max_rows: int | None = None
 ) -> dict[str, Dataset]:
-    """{source: Dataset with query, positive, negative_1..k} from a finished `neoembed build-data` output."""
+    """{source: Dataset with query, positive, negative_1..k and their key columns} from a finished
+    `neoembed build-data` output."""
     if Path(path).is_dir():  # a missing directory gets load_records' message
         check_parts(Path(path), sources)
     try:
@@ -49,7 +59,8 @@ def load_training_sources(
             raise ContrastiveDataError(f"{where}: no rows")
         if max_rows:
             table = table.select(range(min(max_rows, len(table))))
-        prepared[name] = to_columns(table.select_columns(list(REQUIRED_COLUMNS)), max_negatives, where)
+        columns = [c for c in (*REQUIRED_COLUMNS, *KEY_COLUMNS) if c in table.column_names]
+        prepared[name] = to_columns(table.select_columns(columns), max_negatives, where)
     return prepared
 
 
@@ -69,53 +80,71 @@ def check_parts(out: Path, sources: list[str] | None) -> None:
 
 
 def to_columns(table: Dataset, max_negatives: int, where: str) -> Dataset:
+    """query, positive, negative_1..k, then each one's key column; keys are computed when the records have
+    none."""
     for column in ("query", "positive"):
         for row, text in enumerate(table[column]):
             if not isinstance(text, str) or not text.strip():
                 raise ContrastiveDataError(f"{where}: row {row} has no {column} (got {text!r})")
     k = min(max_negatives, max((len(n or ()) for n in table["negatives"]), default=0))
+    texts = ["query", "positive", *(f"negative_{j + 1}" for j in range(k))]
+    keyed = all(c in table.column_names for c in KEY_COLUMNS)
 
     def spread(batch: dict) -> dict:
-        out = {"query": batch["query"], "positive": batch["positive"]}
+        positives, negatives = batch["positive"], [negs or [] for negs in batch["negatives"]]
+        if keyed:
+            query_keys, positive_keys = batch["query_key"], batch["positive_key"]
+            negative_keys = [keys or [] for keys in batch["negative_keys"]]
+        else:
+            query_keys = [text_key(text) for text in batch["query"]]
+            positive_keys = [text_key(text) for text in positives]
+            negative_keys = [[text_key(text) for text in negs[:k]] for negs in negatives]
+        out = {"query": batch["query"], "positive": positives}
+        keys = {"query" + KEY_SUFFIX: query_keys, "positive" + KEY_SUFFIX: positive_keys}
         for j in range(k):
+            given = [j < len(negs) and bool(negs[j]) for negs in negatives]
             out[f"negative_{j + 1}"] = [
-                negs[j] if negs and j < len(negs) and negs[j] else pos
-                for negs, pos in zip(batch["negatives"], batch["positive"], strict=True)
+                n[j] if g else p for n, g, p in zip(negatives, given, positives, strict=True)
             ]
-        return out
+            keys[f"negative_{j + 1}{KEY_SUFFIX}"] = [
+                n[j] if g else p for n, g, p in zip(negative_keys, given, positive_keys, strict=True)
+            ]
+        return out | keys
 
-    return table.map(spread, batched=True, remove_columns=["negatives"], desc=f"columns {Path(where).name}")
-
-
-def normalise(text: str) -> str:
-    """What counts as the same text for the sampler: NFKC, case-folded, whitespace collapsed."""
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-def text_key(text: str) -> int:
-    """An 8-byte blake2b digest of the normalised text (collisions: ~1 in 10^19 per pair)."""
-    return int.from_bytes(
-        hashlib.blake2b(normalise(text).encode(), digest_size=8).digest(), "little", signed=True
+    features = Features({c: Value("string") for c in texts} | {c + KEY_SUFFIX: Value("int64") for c in texts})
+    return table.map(
+        spread,
+        batched=True,
+        remove_columns=table.column_names,
+        features=features,
+        desc=f"columns {Path(where).name}",
     )
 
 
-def row_keys(dataset: Dataset) -> np.ndarray:
-    """(rows, columns) int64 `text_key`s of every text of every row: the sampler's duplicate check.
+def text_columns(dataset: Dataset) -> list[str]:
+    """The columns holding texts (query, positive, negative_1..k), in order."""
+    return [c for c in dataset.column_names if not c.endswith(KEY_SUFFIX) and c != "dataset_name"]
+
+
+def text_keys(dataset: Dataset) -> np.ndarray:
+    """(rows, texts) int64 keys of every text of every row, in column order: the sampler's duplicate check.
 
     8 bytes a text whatever its length, so the full 9M-row build with 10 texts a row takes ~0.7 GB here, where
-    the texts themselves as Python strings would take tens of GB. Computed in Arrow batches (no text is kept)
-    by `datasets.map`, which caches the result beside an on-disk dataset for the next run.
+    the texts themselves as Python strings would take tens of GB.
     """
-    columns = dataset.column_names
+    columns = [c + KEY_SUFFIX for c in text_columns(dataset)]
+    table = dataset.with_format("numpy", columns=columns)[:]
+    return np.stack([table[c] for c in columns], axis=1)
 
-    def digest(batch: dict) -> dict:
-        return {"keys": [[text_key(text) for text in row] for row in zip(*(batch[c] for c in columns))]}
 
-    keyed = dataset.map(
-        digest,
-        batched=True,
-        remove_columns=columns,
-        features=Features({"keys": Sequence(Value("int64"), length=len(columns))}),
-        desc="text keys",
-    )
-    return keyed.with_format("numpy")[:]["keys"]
+@dataclass
+class TextKeyCollator(SentenceTransformerDataCollator):
+    """sentence-transformers' collator, which would tokenise the key columns as text: this one sets them
+    aside and adds them as one int64 tensor `text_keys` (rows, text columns), in the text columns' order."""
+
+    def __call__(self, features: list[dict]) -> dict:
+        keys = [c + KEY_SUFFIX for c in features[0] if c + KEY_SUFFIX in features[0]]
+        texts = [{c: v for c, v in row.items() if not c.endswith(KEY_SUFFIX)} for row in features]
+        batch = super().__call__(texts)
+        batch[TEXT_KEYS] = torch.tensor([[row[c] for c in keys] for row in features], dtype=torch.int64)
+        return batch

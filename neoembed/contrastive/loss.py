@@ -5,39 +5,22 @@ are: in sentence-transformers 6.2 both count every other column of the batch as 
 the row's own positive (the same document answering two queries, a hard negative that equals another row's
 positive, or the padding rows use below), so the model is penalised for ranking a correct text first. This
 loss keeps their structure (cosine / temperature, `all_gather_with_grad` across ranks, and the library's
-`CachedLossMixin` for GradCache) and adds one rule: every distinct text counts once per row. A candidate whose
-tokens equal the row's positive is masked out (the positive itself stays), and repeated copies of any other
-text are masked after their first occurrence. Texts are compared by a hash of their token ids, so equality is
-exact after tokenisation and costs no text transfer between ranks.
+`CachedLossMixin` for GradCache) and adds one rule: every distinct text counts once per row. A candidate that
+is the same text as the row's positive is masked out (the positive itself stays), and repeated copies of any
+other text are masked after their first occurrence. "The same text" is `data.normalize.text_key`, which the
+build stores and the trainer passes as the loss's labels, one int64 tensor of keys per column: 8 bytes a text
+to gather across ranks, no text transfer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 from sentence_transformers.base.losses.gradcache import CachedLossMixin
 from sentence_transformers.util import all_gather, all_gather_with_grad, get_rank, get_world_size
 from torch import Tensor, nn
-
-_HASH_WEIGHTS: dict[torch.device, Tensor] = {}
-
-
-def token_keys(features: dict[str, Tensor]) -> Tensor:
-    """One int64 per row, equal for rows with equal token ids (padding ignored): a random linear hash."""
-    ids, mask = features["input_ids"], features.get("attention_mask")
-    width = ids.shape[1]
-    weights = _HASH_WEIGHTS.get(ids.device)
-    if weights is None or weights.numel() < width:
-        generator = torch.Generator().manual_seed(20240101)
-        size = max(width, 8192)
-        weights = torch.randint(1, 2**62, (size,), generator=generator, dtype=torch.int64).to(ids.device)
-        _HASH_WEIGHTS[ids.device] = weights
-    values = ids.long() + 1
-    if mask is not None:
-        values = values * mask.long()
-    return (values * weights[:width]).sum(dim=1)  # int64 arithmetic wraps around: still a hash
 
 
 class InfoNCELoss(CachedLossMixin, nn.Module):
@@ -71,13 +54,17 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
         # CachedLossMixin says True for the class; MatryoshkaLoss reads it to pick how it wraps this loss.
         self.uses_gradient_cache = self.cached
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Sequence[Tensor]) -> Tensor:
+        """`labels`: per column, the `text_key`s of its texts (int64, one per row)."""
+        features, keys = list(sentence_features), list(labels if labels is not None else ())
         if len(features) < 2:
             raise ValueError(f"InfoNCE needs query and positive columns, got {len(features)} column(s)")
-        keys = [token_keys(f) for f in features]
+        if len(keys) != len(features):
+            raise ValueError(
+                f"InfoNCELoss needs the text keys of each of its {len(features)} columns as labels, got "
+                f"{len(keys)}: train with neoembed.contrastive.train.ContrastiveTrainer"
+            )
         if self.cached:
-            # CachedLossMixin hands its second argument to calculate_loss: the keys travel in that slot.
             return self.forward_cached(features, keys)
         reps = [[self.model(f)["sentence_embedding"]] for f in features]
         return self.calculate_loss(reps, keys)

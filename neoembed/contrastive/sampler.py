@@ -7,7 +7,7 @@ mixes sources inside the gathered InfoNCE batch. This sampler draws one source p
 world_size x grad_accum batches from a generator seeded only by (seed, epoch), so every rank computes the same
 sequence, and accelerate's dealing (batch i -> rank i % world_size) hands each rank its part of the group.
 Rows whose texts already occur in the group are deferred to the source's next group: no text repeats inside
-a global batch. Texts are compared by fixed-size keys (`data.text_key`, 8-byte digests of the normalised text),
+a global batch. Texts are compared by their `data.normalize.text_key`, which the build stores in the records,
 so the check holds 8 bytes a text in memory rather than the text.
 """
 

@@ -3,13 +3,13 @@
 The trainer (the HF Trainer underneath) brings torchrun DDP, DeepSpeed, AdamW with warmup and schedule, bf16,
 gradient clipping, rotating checkpoints with optimiser/scheduler/RNG state and exact resume, and periodic
 evaluation; sentence-transformers adds per-dataset prompts, LoRA adapters (peft) and the Matryoshka wrapper.
-neoembed adds the records as training columns, the duplicate-aware InfoNCE loss, homogeneous global batches,
-a JSONL metrics file, and the export.
+neoembed adds the records as training columns (texts and their keys), the duplicate-aware InfoNCE loss,
+homogeneous global batches, the JSONL metrics file and NaN stop (`runs.MetricsLog`), and the export with its
+model card.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -19,19 +19,32 @@ from sentence_transformers import SentenceTransformerTrainer, SentenceTransforme
 from transformers import PreTrainedModel, TrainerCallback, set_seed
 
 from neoembed.contrastive import prompts
-from neoembed.contrastive.data import load_training_sources, row_keys
+from neoembed.contrastive.data import (
+    TEXT_KEYS,
+    TextKeyCollator,
+    load_training_sources,
+    text_columns,
+    text_keys,
+)
 from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
 from neoembed.contrastive.export import export_model
 from neoembed.contrastive.lora import add_lora
 from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 from neoembed.contrastive.model import build_model
+from neoembed.contrastive.model_card import training_facts
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
-from neoembed.embedder import MINILM_ALIASES
-from neoembed.precision import resolve_precision
 from neoembed.pretrain import NeoBERTPreTrainedModel
 from neoembed.recipes import RecipeError, dump_recipe
-from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
+from neoembed.runs import (
+    METRICS_FILE,
+    MetricsLog,
+    append_jsonl,
+    check_resume_compatible,
+    last_complete_checkpoint,
+    trainer_arguments,
+    write_json,
+)
 
 
 class TimeBudget(TrainerCallback):
@@ -50,14 +63,29 @@ class TimeBudget(TrainerCallback):
             control.should_save = True
 
 
-class ContrastiveTrainer(GuardedLogging, SentenceTransformerTrainer):
-    """The sentence-transformers trainer with homogeneous batches and a metrics JSONL file."""
+class ContrastiveTrainer(SentenceTransformerTrainer):
+    """The sentence-transformers trainer with homogeneous batches and each text's key passed to the loss."""
+
+    data_collator_class = TextKeyCollator
 
     def __init__(self, *args, settings: ContrastiveSettings, text_keys: dict, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.settings = settings
-        self.text_keys = text_keys  # source -> (rows, columns) keys of its texts, for the sampler
-        self.metrics_path = Path(self.args.output_dir) / "metrics.jsonl"
+        self.text_keys = text_keys  # source -> (rows, texts) keys of its texts, for the sampler
+        # The model card's dataset statistics and examples (filled by the library's card callback): the texts
+        # the model saw, not the key columns the loss reads.
+        card_data = self.model.model_card_data
+        card_data.train_datasets = card_data.extract_dataset_metadata(
+            DatasetDict({name: d.select_columns(text_columns(d)) for name, d in self.train_dataset.items()}),
+            card_data.train_datasets,
+            self.loss,
+            "train",
+        )
+
+    def collect_features(self, inputs: dict) -> tuple[list[dict], list[torch.Tensor]]:
+        """Each column's model inputs, and as the loss's labels each column's text keys."""
+        features, _ = super().collect_features(inputs)
+        return features, list(inputs[TEXT_KEYS].unbind(1))
 
     def get_multi_dataset_batch_sampler(self, dataset, batch_samplers, generator=None, seed=0):
         keys = [self.text_keys[name] for name in self.train_dataset]
@@ -78,8 +106,14 @@ def training_arguments(
     settings: ContrastiveSettings, evaluate: bool, prompts: dict | None = None
 ) -> SentenceTransformerTrainingArguments:
     train, optim = settings.train, settings.optim
-    return SentenceTransformerTrainingArguments(
+    return trainer_arguments(
+        args_class=SentenceTransformerTrainingArguments,
         output_dir=train.output_dir,
+        seed=train.seed,
+        precision=train.precision,
+        log_steps=train.log_steps,
+        save_steps=train.save_steps,
+        keep_checkpoints=train.keep_checkpoints,
         max_steps=train.max_steps,
         per_device_train_batch_size=train.batch_size,
         gradient_accumulation_steps=train.grad_accum,
@@ -91,19 +125,12 @@ def training_arguments(
         warmup_steps=optim.warmup_steps,
         lr_scheduler_type=optim.schedule,
         max_grad_norm=optim.max_grad_norm,
-        seed=train.seed,
-        bf16=resolve_precision(train.precision).train_bf16,
-        logging_steps=train.log_steps,
-        logging_nan_inf_filter=False,  # a NaN must reach `log` and stop the run
         eval_strategy="steps" if evaluate else "no",
         eval_steps=train.eval_steps,
-        save_strategy="steps",
-        save_steps=train.save_steps,
-        save_total_limit=train.keep_checkpoints,
         deepspeed=train.deepspeed,
-        report_to=[],
-        use_cpu=not torch.cuda.is_available(),
-        ddp_find_unused_parameters=False,  # every parameter takes part in every step
+        # A BERT-style base computes a pooler output that mean/CLS pooling of the token states never uses, so
+        # its pooler gets no gradient: DDP must look for unused parameters or it fails at the second step.
+        ddp_find_unused_parameters=True,
         disable_tqdm=False,
         prompts=prompts or None,
     )
@@ -125,6 +152,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         settings.model.max_length,
         settings.model.trust_remote_code,
     )
+    model.model_card_data.local_files_only = True  # the export's card: no Hub look-ups
     if settings.model.lora:
         add_lora(model, settings.model.lora)
     if train.compile:
@@ -144,7 +172,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         prompts.resolve(settings.data.prompts, evaluated_source(settings.eval)),
         [d for d in dims if d != model.get_embedding_dimension()],
     )
-    columns = {name: d.column_names for name, d in sources.items()}
+    columns = {name: text_columns(d) for name, d in sources.items()}
     args = training_arguments(
         settings, evaluator is not None, prompts.training_prompts(settings.data.prompts, columns)
     )
@@ -160,8 +188,9 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         loss=loss,
         evaluator=evaluator,
         settings=settings,
-        text_keys={name: row_keys(d) for name, d in sources.items()},  # before the trainer's transforms
-        callbacks=[TimeBudget(train.max_minutes)] if train.max_minutes else None,
+        text_keys={name: text_keys(d) for name, d in sources.items()},  # before the trainer's transforms
+        callbacks=[MetricsLog(output_dir / METRICS_FILE)]
+        + ([TimeBudget(train.max_minutes)] if train.max_minutes else []),
     )
 
 
@@ -193,43 +222,15 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
     resume = last_complete_checkpoint(output_dir)
     before = headline(evaluator(model)) if evaluator is not None and resume is None else None
     if before and trainer.is_world_process_zero():
-        with trainer.metrics_path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps({"step": 0, **{f"eval_{k}": v for k, v in before.items()}}) + "\n")
+        append_jsonl(output_dir / METRICS_FILE, {"step": 0, **{f"eval_{k}": v for k, v in before.items()}})
     trainer.train(resume_from_checkpoint=resume)
     after = headline(evaluator(model)) if evaluator is not None else {}
     summary = {"steps": trainer.state.global_step, "eval_before": before, "eval_after": after}
     if trainer.is_world_process_zero():
         export_path = Path(settings.export.path or output_dir / "neobert-embed")
-        evals = {"before fine-tuning": before} if before else {}
-        evals["after fine-tuning"] = after
+        facts = training_facts(settings, model, sources, summary["steps"], before, after)
         named = prompts.named_prompts(settings.data.prompts, sources)
-        export_model(model, export_path, _card(settings, model, sources, summary, evals), named)
+        export_model(model, export_path, facts, named)
         summary["export"] = str(export_path)
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_json(output_dir / "summary.json", summary)
     return summary
-
-
-def _card(settings, model, sources, summary, evals) -> dict:
-    pooling = next((str(m.pooling_mode) for m in model if hasattr(m, "pooling_mode")), "?")
-    return {
-        "name": Path(settings.export.path or "neobert-embed").name,
-        "base_model": MINILM_ALIASES[-1] if settings.model.base in MINILM_ALIASES else settings.model.base,
-        "normalized": any(type(m).__name__ == "Normalize" for m in model),
-        "temperature": settings.loss.temperature,
-        "steps": summary["steps"],
-        "dimension": model.get_embedding_dimension(),
-        "matryoshka_dims": settings.loss.matryoshka_dims,
-        "pooling": pooling,
-        "max_length": model.max_seq_length,
-        "data_path": settings.data.path,
-        "sources": {name: len(d) for name, d in sources.items()},
-        "eval_name": f"held-out {settings.eval.kind} retrieval",
-        "metric_names": ["ndcg@10", "recall@1", "recall@10", "recall@100"]
-        + [
-            f"ndcg@10_dim{d}"
-            for d in settings.loss.matryoshka_dims or []
-            if d != model.get_embedding_dimension()
-        ],
-        "eval": {k: v for k, v in evals.items() if v},
-        "recipe": settings.model_dump(mode="json"),
-    }

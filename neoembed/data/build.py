@@ -1,5 +1,8 @@
 """`neoembed build-data`: manifests -> parquet shards of (query, positive, negatives, source) + stats.
 
+Every record also carries the `text_key` of each of its texts (`query_key`, `positive_key`, `negative_keys`):
+the trainer's sampler and loss tell texts apart by them.
+
 Stage 1 (`prepare`) stages every selected source in manifest order: mapped, normalised, filtered, leakage-
 guarded and deduplicated across sources. Stage 2 cuts each staged source into parts of `rows_per_shard` rows;
 each part (source x part index) is an independent unit: its negatives are mined against the pool of its own
@@ -25,12 +28,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from neoembed.data.atomic import write_json, write_parquet, write_text
 from neoembed.data.manifest import load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
 from neoembed.data.prepare import FORMAT_VERSION, prepare_source, read_eval_keys, staging_paths
 from neoembed.data.stats import render_markdown
+from neoembed.runs import append_jsonl, write_json, write_parquet, write_text
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -38,6 +41,9 @@ RECORD_SCHEMA = pa.schema(
         ("positive", pa.string()),
         ("negatives", pa.list_(pa.string())),
         ("source", pa.string()),
+        ("query_key", pa.int64()),
+        ("positive_key", pa.int64()),
+        ("negative_keys", pa.list_(pa.int64())),
     ]
 )
 
@@ -85,8 +91,7 @@ class Build:
         self._miner: Miner | None = None
 
     def log(self, event: str, **fields) -> None:
-        with self.log_path.open("a") as fh:
-            fh.write(json.dumps({"time": round(time.time(), 3), "event": event, **fields}) + "\n")
+        append_jsonl(self.log_path, {"time": round(time.time(), 3), "event": event, **fields})
 
     # Stage 1 ---------------------------------------------------------------------------------------------
 
@@ -145,8 +150,11 @@ class Build:
                 workdir,
             )
             negatives = [_merge(given, new) for given, new in zip(negatives, mined, strict=True)]
-        records = table.select(["query", "positive", "source"]).append_column(
-            "negatives", pa.array(negatives, pa.list_(pa.string()))
+        negative_keys = [[text_key(text) for text in row] for row in negatives]
+        records = (
+            table.select(["query", "positive", "source", "query_key", "positive_key"])
+            .append_column("negatives", pa.array(negatives, pa.list_(pa.string())))
+            .append_column("negative_keys", pa.array(negative_keys, pa.list_(pa.int64())))
         )
         (self.out / unit.source).mkdir(exist_ok=True)
         write_parquet(self.out / unit.path, records.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA))

@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from neoembed.data.atomic import temp_path, write_json
 from neoembed.data.manifest import Manifest, check_columns
 from neoembed.data.mapping import FieldPath, RowError
 from neoembed.data.normalize import (
@@ -32,6 +31,7 @@ from neoembed.data.normalize import (
     text_key,
 )
 from neoembed.data.sources import open_source
+from neoembed.runs import temp_path, write_json
 
 STAGING_SCHEMA = pa.schema(
     [
@@ -39,13 +39,13 @@ STAGING_SCHEMA = pa.schema(
         ("positive", pa.string()),
         ("negatives", pa.list_(pa.string())),
         ("source", pa.string()),
-        ("query_key", pa.uint64()),
-        ("positive_key", pa.uint64()),
-        ("group_key", pa.uint64()),  # 0: no group
+        ("query_key", pa.int64()),  # text_key of each text
+        ("positive_key", pa.int64()),
+        ("group_key", pa.int64()),  # 0: no group
     ]
 )
 BATCH_ROWS = 10_000
-FORMAT_VERSION = "2"  # bump when normalisation or filtering changes, so old staging is rebuilt
+FORMAT_VERSION = "3"  # bump when normalisation or filtering changes, so old staging is rebuilt
 
 
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:

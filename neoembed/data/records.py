@@ -11,7 +11,8 @@ class RecordsError(ValueError):
 
 
 def load_records(out: Path | str, sources: list[str] | None = None) -> dict:
-    """{source: datasets.Dataset with query, positive, negatives, source} for a complete build in `out`.
+    """{source: datasets.Dataset with query, positive, negatives, source} for a complete build in `out`; a
+    build of this version also holds each text's `text_key` (query_key, positive_key, negative_keys).
 
     `stats.json` is written last, so its presence means every part of every source is there.
     """

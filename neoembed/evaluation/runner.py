@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
 from neoembed.evaluation.summary import Summary, summarize, write_summary
 from neoembed.evaluation.tasks import leaf_tasks, supports_lexical_search
+from neoembed.runs import append_jsonl
 
 LOG_NAME = "mteb_eval.jsonl"
 
@@ -124,7 +125,7 @@ def run_evaluation(
     cache = ResultCache(out_dir)
     outcomes: list[TaskOutcome] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with (out_dir / LOG_NAME).open("a", encoding="utf-8") as log, Progress(*columns) as progress:
+    with Progress(*columns) as progress:
         bar = progress.add_task("mteb-eval", total=len(specs) * len(tasks))
         for spec in specs:
             model, load_error = None, None
@@ -146,8 +147,7 @@ def run_evaluation(
                     else:
                         outcome = _evaluate(model, task, spec, settings, cache)
                 outcomes.append(outcome)
-                log.write(json.dumps({"time": time.time(), **asdict(outcome)}) + "\n")
-                log.flush()
+                append_jsonl(out_dir / LOG_NAME, {"time": time.time(), **asdict(outcome)})
                 progress.advance(bar)
             del model
     summary = summarize_cached(specs, tasks, cache)

@@ -12,11 +12,11 @@ An index directory contains:
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from neoembed.index.errors import IndexingError
+from neoembed.runs import append_jsonl, write_json
 
 FORMAT_VERSION = 1
 STORE_FILE = "docs.sqlite"
@@ -58,9 +58,7 @@ class Manifest:
 
     def save(self, directory: Path) -> None:
         """Write atomically: a crash leaves the previous manifest in place."""
-        tmp = Path(directory) / (MANIFEST_FILE + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, Path(directory) / MANIFEST_FILE)
+        write_json(Path(directory) / MANIFEST_FILE, asdict(self))
 
     @classmethod
     def load(cls, directory: Path) -> Manifest:
@@ -80,5 +78,4 @@ class Manifest:
 
 
 def append_log(directory: Path, record: dict) -> None:
-    with open(Path(directory) / LOG_FILE, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_jsonl(Path(directory) / LOG_FILE, record)

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, set_seed
 
 from neoembed.precision import resolve_precision
 from neoembed.pretrain.batches import MLMBatches, batch_counts, tokenize_documents, unwrap_single
@@ -27,7 +27,13 @@ from neoembed.pretrain.schedule import lr_multiplier, wsd_multiplier
 from neoembed.pretrain.settings import PretrainSettings
 from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.recipes import RecipeError, dump_recipe
-from neoembed.training import GuardedLogging, check_resume_compatible, last_complete_checkpoint
+from neoembed.runs import (
+    METRICS_FILE,
+    MetricsLog,
+    check_resume_compatible,
+    last_complete_checkpoint,
+    trainer_arguments,
+)
 
 
 def throughput_warmup_steps(compiled: bool) -> int:
@@ -36,9 +42,8 @@ def throughput_warmup_steps(compiled: bool) -> int:
     return 3 if compiled else 1
 
 
-class PretrainTrainer(GuardedLogging, Trainer):
-    """Trainer plus the recipe's schedule, throughput / MFU / packing efficiency in every log, JSONL metrics,
-    NaN stop."""
+class PretrainTrainer(Trainer):
+    """Trainer plus the recipe's schedule, throughput / MFU / packing efficiency in every log."""
 
     def __init__(self, *args, settings: PretrainSettings, peak: float | None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -181,8 +186,14 @@ def run_pretraining(settings: PretrainSettings) -> Path:
     if train.compile:
         model.compile_layers()
     precision = resolve_precision(train.precision)
-    args = TrainingArguments(
-        output_dir=str(output_dir),
+    args = trainer_arguments(
+        output_dir=output_dir,
+        seed=train.seed,
+        precision=train.precision,
+        log_steps=train.log_steps,
+        save_steps=train.save_steps,
+        keep_checkpoints=train.keep_checkpoints,
+        num_workers=train.num_workers,
         max_steps=train.max_steps,
         per_device_train_batch_size=1,  # each dataset item already is a micro-batch
         per_device_eval_batch_size=1,
@@ -194,23 +205,12 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         adam_epsilon=settings.optim.eps,
         max_grad_norm=settings.optim.max_grad_norm,
         train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
-        seed=train.seed,
-        bf16=precision.train_bf16,
         gradient_checkpointing=settings.model.gradient_checkpointing,
-        logging_steps=train.log_steps,
-        logging_nan_inf_filter=False,  # a NaN must reach `log` and stop the run
         eval_strategy="steps" if eval_batches is not None else "no",
         eval_steps=train.eval_steps,
         prediction_loss_only=True,
-        save_strategy="steps",
-        save_steps=train.save_steps,
-        save_total_limit=train.keep_checkpoints,
-        dataloader_num_workers=train.num_workers,
         remove_unused_columns=False,
         deepspeed=train.deepspeed,
-        report_to=[],
-        use_cpu=not torch.cuda.is_available(),
-        ddp_find_unused_parameters=False,  # every parameter takes part in every step
     )
     trainer = PretrainTrainer(
         model=model,
@@ -220,6 +220,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         data_collator=unwrap_single,
         settings=settings,
         peak=device_peak_flops(train.peak_tflops, half_precision=precision.train_bf16),
+        callbacks=[MetricsLog(output_dir / METRICS_FILE)],
     )
     model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
     trainer.train(resume_from_checkpoint=resume_from)

@@ -25,6 +25,7 @@ from neoembed.evaluation.glue.model import load_glue_model, load_glue_tokenizer
 from neoembed.evaluation.glue.settings import GlueSettings
 from neoembed.evaluation.glue.tasks import GlueError, GlueTask
 from neoembed.evaluation.glue.train import fine_tune
+from neoembed.runs import append_jsonl, write_json
 
 TRANSFER_SOURCE = "mnli"
 
@@ -39,13 +40,6 @@ class TaskResult:
     runs: int  # grid points searched for this task
     best_step: int
     epochs: float
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Write atomically, so an interrupted run never leaves a half-written result that looks finished."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def order_tasks(tasks: list[GlueTask], settings: GlueSettings) -> list[GlueTask]:
@@ -132,12 +126,11 @@ def run_task(
             best = result
             shutil.rmtree(task_dir / "best_model", ignore_errors=True)
             os.replace(run_dir / "model", task_dir / "best_model")
-            _write_json(task_dir / "best.json", result)
+            write_json(task_dir / "best.json", result)
         else:
             shutil.rmtree(run_dir / "model")
-        _write_json(run_dir / "result.json", result)
-        with (out_dir / "runs.jsonl").open("a", encoding="utf-8") as f:
-            f.write(json.dumps(result) + "\n")
+        write_json(run_dir / "result.json", result)
+        append_jsonl(out_dir / "runs.jsonl", result)
         log(f"{step}: score {run.score:.4f} ({run.steps} steps, best at step {run.best_step})")
     return TaskResult(
         task=task.name,

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import TrainerCallback
-
 from neoembed.evaluation.glue.metrics import compute_metrics
 from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters
 from neoembed.evaluation.glue.tasks import GlueTask
+from neoembed.runs import METRICS_FILE, MetricsLog, trainer_arguments
 
 
 @dataclass
@@ -23,26 +21,22 @@ class RunResult:
     epochs: float
 
 
-class JsonlLogger(TrainerCallback):
-    """Appends every Trainer log (loss, learning rate, dev metrics) as one JSON line."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, **(logs or {})}) + "\n")
-
-
 def training_arguments(settings: GlueSettings, hp: Hyperparameters, output_dir: Path):
     """The paper's protocol: AdamW (0.9, 0.95), linear warmup over 6% of the steps then linear decay,
     up to `max_epochs` with early stopping on the task score, keeping the best evaluation's weights."""
     import torch
-    from transformers import TrainingArguments
 
     strategy = "steps" if settings.eval_steps else "epoch"
-    return TrainingArguments(
-        output_dir=str(output_dir),
+    return trainer_arguments(
+        output_dir=output_dir,
+        seed=settings.seed,
+        precision="bf16" if settings.bf16 else "fp32",
+        log_steps=settings.logging_steps,
+        save_steps=settings.eval_steps,  # a checkpoint at every evaluation (per epoch without eval_steps)
+        keep_checkpoints=1,  # with load_best_model_at_end the best checkpoint is always kept as well
+        # A diverging grid point is scored (and loses) rather than stopping the grid: the Trainer's filter
+        # keeps a NaN out of the logs.
+        logging_nan_inf_filter=True,
         per_device_train_batch_size=hp.batch_size,
         per_device_eval_batch_size=settings.eval_batch_size,
         learning_rate=hp.learning_rate,
@@ -56,18 +50,11 @@ def training_arguments(settings: GlueSettings, hp: Hyperparameters, output_dir: 
         warmup_steps=settings.warmup_ratio,  # a float below 1 is a fraction of the total steps
         num_train_epochs=settings.max_epochs,
         eval_strategy=strategy,
-        save_strategy=strategy,
         eval_steps=settings.eval_steps,
-        save_steps=settings.eval_steps,
-        save_total_limit=1,  # with load_best_model_at_end the best checkpoint is always kept as well
         save_only_model=True,
         load_best_model_at_end=True,
         metric_for_best_model="score",
         greater_is_better=True,
-        logging_steps=settings.logging_steps,
-        bf16=settings.bf16,
-        seed=settings.seed,
-        report_to="none",
         dataloader_pin_memory=torch.cuda.is_available(),
     )
 
@@ -97,7 +84,7 @@ def fine_tune(
         compute_metrics=lambda p: compute_metrics(task, p.predictions, p.label_ids),
         callbacks=[
             EarlyStoppingCallback(early_stopping_patience=settings.early_stopping_patience),
-            JsonlLogger(run_dir / "metrics.jsonl"),
+            MetricsLog(run_dir / METRICS_FILE),
         ],
     )
     trainer.train()

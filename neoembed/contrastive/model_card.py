@@ -1,0 +1,151 @@
+"""The exported model's README.md: sentence-transformers' model card plus neoembed's facts about the run.
+
+While it trains, sentence-transformers' trainer fills the model's `SentenceTransformerModelCardData`
+(hyperparameters, the loss and its configuration, per-source dataset statistics and examples, training logs,
+evaluator results), and the library's `generate_model_card` renders its card from it. neoembed adds what the
+library cannot see: the base model as the recipe named it, the records directory and the rows of each
+source, the steps trained, the held-out evaluation before and after fine-tuning, LoRA, Matryoshka and prompt
+usage, and the recipe, as one "Training with neoembed" section before the library's training details.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.embedder import MINILM_ALIASES
+
+SECTION_BEFORE = "\n## Training Details\n"  # the library template's heading our section goes in front of
+TAGS = ["neoembed", "infonce"]
+
+
+@dataclass
+class TrainingFacts:
+    """What the card states about a contrastive run."""
+
+    name: str  # the export directory's name
+    base_model: str  # as the recipe named it (the Hub id for the packaged MiniLM)
+    steps: int
+    temperature: float
+    dimension: int
+    pooling: str
+    normalized: bool
+    max_length: int
+    lora: dict | None  # the adapter settings, merged into the exported weights
+    matryoshka_dims: list[int]
+    data_path: str
+    rows: dict[str, int]  # source -> rows trained on
+    evaluation: str  # what the held-out set is
+    metric_names: list[str]
+    scores: dict[str, dict[str, float]]  # "before fine-tuning" / "after fine-tuning" -> metric -> value
+    recipe: dict
+
+
+def training_facts(
+    settings: ContrastiveSettings, model, sources: dict, steps: int, before: dict | None, after: dict | None
+) -> TrainingFacts:
+    """The facts of a finished run of `settings` that trained `model` on `sources` for `steps` steps."""
+    dimension = model.get_embedding_dimension()
+    dims = settings.loss.matryoshka_dims or []
+    scores = {"before fine-tuning": before, "after fine-tuning": after}
+    return TrainingFacts(
+        name=Path(settings.export.path or "neobert-embed").name,
+        base_model=MINILM_ALIASES[-1] if settings.model.base in MINILM_ALIASES else settings.model.base,
+        steps=steps,
+        temperature=settings.loss.temperature,
+        dimension=dimension,
+        pooling=next((str(m.pooling_mode) for m in model if hasattr(m, "pooling_mode")), "?"),
+        normalized=any(type(m).__name__ == "Normalize" for m in model),
+        max_length=model.max_seq_length,
+        lora=settings.model.lora.model_dump() if settings.model.lora else None,
+        matryoshka_dims=dims,
+        data_path=str(settings.data.path),
+        rows={name: len(d) for name, d in sources.items()},
+        evaluation=f"held-out {settings.eval.kind} retrieval",
+        metric_names=["ndcg@10", "recall@1", "recall@10", "recall@100"]
+        + [f"ndcg@10_dim{d}" for d in dims if d != dimension],
+        scores={stage: values for stage, values in scores.items() if values},
+        recipe=settings.model_dump(mode="json"),
+    )
+
+
+def model_card(model, facts: TrainingFacts) -> str:
+    """The library's card for `model` with neoembed's section; sets the card data fields neoembed knows."""
+    from sentence_transformers.base.model_card import generate_model_card
+
+    card_data = model.model_card_data
+    card_data.model_name = facts.name
+    if _is_hub_id(facts.base_model):  # the library links the base model on the Hub
+        card_data.base_model = facts.base_model
+    card_data.add_tags(TAGS)
+    library_card = generate_model_card(model)
+    section = neoembed_section(facts, model.prompts)
+    head, heading, tail = library_card.partition(SECTION_BEFORE)
+    if not heading:  # another library version's template: the section goes last
+        return f"{library_card.rstrip()}\n\n{section}"
+    return f"{head}\n{section}{heading}{tail}"
+
+
+def _is_hub_id(name: str) -> bool:
+    return name.count("/") == 1 and not Path(name).exists()
+
+
+def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
+    """Markdown: how the model was trained, on what, how to load and prompt it, and how it scored."""
+    lora = (
+        f" with LoRA adapters (r {facts.lora['r']}, alpha {facts.lora['alpha']}) merged into the weights"
+        if facts.lora
+        else ""
+    )
+    normalized = " and L2-normalised" if facts.normalized else ""
+    matryoshka = (
+        f"\nTrained as Matryoshka embeddings at {', '.join(map(str, facts.matryoshka_dims))} dimensions: the "
+        "full embedding is the default; for a shorter one keep its first d values, e.g. "
+        f'`SentenceTransformer("{facts.name}", truncate_dim={min(facts.matryoshka_dims)})`.'
+        if facts.matryoshka_dims
+        else ""
+    )
+    prompt_rows = "\n".join(f"| `{name}` | `{text!r}` |" for name, text in prompts.items() if text)
+    usage = (
+        'Prepend the training prompts by name, e.g. `model.encode(queries, prompt_name="query")`:\n\n'
+        f"| prompt_name | prefix |\n|---|---|\n{prompt_rows}\n"
+        if prompt_rows
+        else "Trained without instruction prompts: encode texts as they are.\n"
+    )
+    rows = "\n".join(f"- {name}: {n} rows" for name, n in facts.rows.items())
+    header = "| model | " + " | ".join(facts.metric_names) + " |\n|---|" + "---|" * len(facts.metric_names)
+    scores = "\n".join(
+        f"| {stage} | " + " | ".join(f"{values.get(m, float('nan')):.4f}" for m in facts.metric_names) + " |"
+        for stage, values in facts.scores.items()
+    )
+    evaluation = f"{header}\n{scores}" if scores else "No held-out evaluation was run (eval.kind none)."
+    recipe = yaml.safe_dump(facts.recipe, sort_keys=False).strip()
+    return f"""## Training with neoembed
+
+Fine-tuned by `neoembed contrastive` from **{facts.base_model}** with InfoNCE (cosine similarity / temperature
+{facts.temperature}, in-batch and hard negatives, one source per step) for **{facts.steps} steps**{lora}.
+Embeddings are {facts.dimension}-dimensional, {facts.pooling}-pooled{normalized}; inputs are truncated at
+{facts.max_length} tokens.{matryoshka}
+
+```python
+from sentence_transformers import SentenceTransformer
+import neoembed  # registers NeoBERT; without neoembed installed pass trust_remote_code=True instead
+model = SentenceTransformer("{facts.name}")
+```
+
+{usage}
+### Training data
+Records: `{facts.data_path}`
+{rows}
+
+### Held-out evaluation ({facts.evaluation})
+{evaluation}
+
+### Recipe
+```yaml
+{recipe}
+```
+"""
