@@ -15,6 +15,8 @@ from pathlib import Path
 import yaml
 
 from neoembed.contrastive.lora import has_adapters, merge_adapters
+from neoembed.contrastive.model import BaseModelError
+from neoembed.embedder import position_limit
 
 NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")
 NEOBERT_AUTO_MAP = {
@@ -40,6 +42,24 @@ def export_model(model, path: Path, card: dict, prompts: dict[str, str] | None =
         add_remote_code(path)
     (path / "README.md").write_text(model_card(card, model.prompts), encoding="utf-8")
     return path
+
+
+def declared_max_seq_length(model, declared: str | int) -> int:
+    """The max_seq_length the export of `model` (now truncating at its training length) declares, per the
+    recipe's `export.max_seq_length`: "train", that training length; "positions", every position the base
+    model supports (the training length where the config does not say); or a number up to that."""
+    trained = int(model.max_seq_length)
+    if declared == "train":
+        return trained
+    limit = position_limit(model)
+    if declared == "positions":
+        return limit or trained
+    if limit is not None and declared > limit:
+        raise BaseModelError(
+            f"export.max_seq_length {declared} exceeds the {limit} positions the model supports; "
+            f"use at most {limit}, or 'positions'"
+        )
+    return declared
 
 
 # Module classes by the names every sentence-transformers version resolves (2.x-5.x directly, 6.x through
@@ -149,7 +169,7 @@ base_model: {card["base_model"]}
 A sentence embedder fine-tuned by `neoembed contrastive` from **{card["base_model"]}** with InfoNCE (cosine
 similarity / temperature {card["temperature"]}, in-batch and hard negatives, one source per step) for
 **{card["steps"]} steps**{lora}. Embeddings are {card["dimension"]}-dimensional, {card["pooling"]}-pooled{" and L2-normalised" if card["normalized"] else ""};
-inputs are truncated at {card["max_length"]} tokens.{matryoshka}
+inputs are truncated at {card["max_seq_length"]} tokens (fine-tuned at {card["max_length"]}).{matryoshka}
 
 ```python
 from sentence_transformers import SentenceTransformer

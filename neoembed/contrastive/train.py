@@ -21,7 +21,7 @@ from transformers import TrainerCallback, set_seed
 from neoembed.contrastive import prompts
 from neoembed.contrastive.data import load_training_sources, row_keys
 from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
-from neoembed.contrastive.export import export_model
+from neoembed.contrastive.export import declared_max_seq_length, export_model
 from neoembed.contrastive.lora import add_lora
 from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 from neoembed.contrastive.model import build_model
@@ -125,6 +125,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         settings.model.max_length,
         settings.model.trust_remote_code,
     )
+    declared_max_seq_length(model, settings.export.max_seq_length)  # a bad value fails before training
     if settings.model.lora:
         add_lora(model, settings.model.lora)
     loss = InfoNCELoss(
@@ -191,7 +192,11 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         evals = {"before fine-tuning": before} if before else {}
         evals["after fine-tuning"] = after
         named = prompts.named_prompts(settings.data.prompts, sources)
-        export_model(model, export_path, _card(settings, model, sources, summary, evals), named)
+        card = _card(settings, model, sources, summary, evals)  # records the training length
+        model.max_seq_length = card["max_seq_length"] = declared_max_seq_length(
+            model, settings.export.max_seq_length
+        )
+        export_model(model, export_path, card, named)
         summary["export"] = str(export_path)
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
