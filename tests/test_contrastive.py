@@ -324,6 +324,17 @@ def test_plain_encoders_get_the_requested_pooling(tmp_path, minilm_path):
     assert model[1].pooling_mode == "cls" and model.max_seq_length == 16
 
 
+def test_the_export_declares_the_training_length_or_the_positions_as_the_recipe_says(tmp_path, minilm_path):
+    from neoembed.contrastive.export import declared_max_seq_length
+
+    model = build_model(str(tiny_encoder_dir(tmp_path, minilm_path)), "mean", 16)  # 128 positions
+    assert declared_max_seq_length(model, "train") == 16
+    assert declared_max_seq_length(model, "positions") == 128
+    assert declared_max_seq_length(model, 64) == 64
+    with pytest.raises(BaseModelError, match="export.max_seq_length 256 exceeds the 128 positions"):
+        declared_max_seq_length(model, 256)
+
+
 def test_recipes_validate_and_unknown_fields_are_named(tmp_path):
     for name in ("contrastive-cpu.yaml", "contrastive-neobert.yaml"):
         settings = load_recipe(ROOT / "recipes" / name, ContrastiveSettings)

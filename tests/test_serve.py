@@ -1,12 +1,12 @@
 """The embedding server against real clients: the official `openai` client and httpx, on a loopback port.
 
-One MiniLM is loaded for the module and served by two apps: `url` with the defaults, and `tight_url` with
-small limits (batch budget, queue, items, body) plus an API key and truncation, to exercise every limit.
+MiniLM is served by two apps: `url` with the defaults, and `tight_url` with small limits (batch budget,
+queue, items, body) plus an API key and truncation, to exercise every limit. Each app loads the model in
+its own inference process; `model`, loaded here, gives the `SentenceTransformer.encode` reference.
 """
 
 import asyncio
 import base64
-import gc
 import json
 import re
 import threading
@@ -30,7 +30,6 @@ LONG = "word " * 400  # about 400 tokens, over MiniLM's 256
 
 @pytest.fixture(scope="module")
 def model(minilm_path):
-    # One intra-op thread: the server shares 2 cores with its clients and tokenizer threads here.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield load_embedder(str(minilm_path))
@@ -38,15 +37,17 @@ def model(minilm_path):
 
 
 @pytest.fixture(scope="module")
-def url(model):
-    with serve_in_thread(create_app(ServeSettings(model="minilm"), model=model)) as base:
+def url():
+    # One intra-op thread: the server shares 2 cores with its clients here.
+    with serve_in_thread(create_app(ServeSettings(model="minilm", threads=1))) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
-def tight_url(model):
+def tight_url():
     settings = ServeSettings(
         model="minilm",
+        threads=1,
         served_model_name="tight",
         api_key=KEY,
         truncate=True,
@@ -55,7 +56,7 @@ def tight_url(model):
         max_client_batch_size=64,
         max_body_bytes=20_000,
     )
-    with serve_in_thread(create_app(settings, model=model)) as base:
+    with serve_in_thread(create_app(settings)) as base:
         yield base
 
 
@@ -276,27 +277,27 @@ def test_plan_batches_fits_the_budget_and_groups_by_length():
 
 
 def test_a_failing_batch_fails_its_requests_and_the_worker_keeps_going():
-    def embed(texts):  # a backend that cannot embed one particular input
-        if "boom" in texts:
-            raise RuntimeError("cannot embed boom")
-        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+    def embed(sequences):  # a backend that cannot embed one particular input
+        if [66] in sequences:
+            raise RuntimeError("cannot embed [66]")
+        return np.array([[len(ids), 1.0] for ids in sequences], dtype=np.float32)
 
     batcher = Batcher(embed, max_batch_tokens=4, max_queue_items=16, metrics=Metrics())
     batcher.start()
 
     async def submit_one_by_one():
         outcomes = []
-        for texts in (["ok", "boom"], ["fine", "good"]):
+        for sequences in ([[1, 2], [66]], [[3, 4, 5], [6]]):
             try:
-                outcomes.append(await asyncio.wait_for(batcher.submit(texts, [2] * len(texts)), 30))
+                outcomes.append(await asyncio.wait_for(batcher.submit(sequences), 30))
             except RuntimeError as err:
                 outcomes.append(err)
         return outcomes
 
     failed, served = asyncio.run(submit_one_by_one())
     batcher.close()
-    assert isinstance(failed, RuntimeError) and "boom" in str(failed)
-    np.testing.assert_array_equal(served, [[4, 1], [4, 1]])
+    assert isinstance(failed, RuntimeError) and "[66]" in str(failed)
+    np.testing.assert_array_equal(served, [[3, 1], [1, 1]])
     assert not batcher.alive
 
 
@@ -388,74 +389,12 @@ def test_truncation_is_applied_and_reported(tight_url, model):
     assert metric(tight_url, "neoembed_truncated_inputs_total") == before + 1
 
 
-# --- load, health under load, graceful shutdown ----------------------------------------------------------
-
-
-def test_load_32_clients_2000_requests_with_health_under_100ms(url, model):
-    rng = np.random.default_rng(0)
-    pool = [
-        f"short text {i} about {w}" for i, w in enumerate(["cats", "maths", "rain", "jazz", "bread"] * 40)
-    ]
-    expected = encode(model, pool)
-    requests = [rng.choice(len(pool), size=rng.integers(1, 9), replace=False) for _ in range(2000)]
-    health_latencies = []
-    done = threading.Event()
-
-    def poll_health():
-        with httpx.Client() as client:
-            while not done.is_set():
-                started = time.perf_counter()
-                assert client.get(f"{url}/health").status_code == 200
-                health_latencies.append(time.perf_counter() - started)
-                time.sleep(0.02)
-
-    async def run_clients():
-        queue = asyncio.Queue()
-        for position in range(len(requests)):
-            queue.put_nowait(position)
-        failures = []
-
-        async def client_loop(client):
-            while not queue.empty():
-                position = queue.get_nowait()
-                chosen = requests[position]
-                body = {"input": [pool[i] for i in chosen], "model": "m", "encoding_format": "base64"}
-                response = await client.post(f"{url}/v1/embeddings", json=body)
-                if response.status_code != 200:
-                    failures.append((position, response.status_code, response.text))
-                    continue
-                data = response.json()["data"]
-                got = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in data])
-                if not np.allclose(got, expected[chosen], atol=1e-5):
-                    failures.append((position, "wrong embeddings"))
-
-        limits = httpx.Limits(max_connections=32)
-        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-            await asyncio.gather(*(client_loop(client) for _ in range(32)))
-        return failures
-
-    # As `neoembed serve` does after loading: keep the GC's full collections off the loaded libraries.
-    gc.collect()
-    gc.freeze()
-    poller = threading.Thread(target=poll_health)
-    poller.start()
-    try:
-        failures = asyncio.run(run_clients())
-    finally:
-        done.set()
-        poller.join()
-        gc.unfreeze()
-    assert failures == []
-    assert len(health_latencies) > 10
-    # /health does not wait for batches (hundreds of ms each here). The bound is on the 99th percentile:
-    # on this shared 2-core machine a rare poll also waits for the OS scheduler or a GC pass.
-    latencies = np.array(health_latencies)
-    assert np.percentile(latencies, 99) < 0.1 and latencies.max() < 1.0, np.sort(latencies)[-10:]
+# --- graceful shutdown ----------------------------------------------------------------------------------
 
 
 def test_graceful_shutdown_finishes_accepted_requests(model):
     texts = [f"sentence number {i} waiting in the queue during shutdown" for i in range(300)]
-    app = create_app(ServeSettings(model="minilm", max_batch_tokens=256), model=model)
+    app = create_app(ServeSettings(model="minilm", max_batch_tokens=256, threads=1))
     result = {}
     with serve_in_thread(app) as base:
 

@@ -53,7 +53,7 @@ def neobert_dir(tmp_path_factory):
 
 def test_search_returns_ranked_documents_with_metadata(index_dir, minilm_path, minilm):
     settings = ServeSettings(model=str(minilm_path), index=index_dir)
-    with serve_in_thread(create_app(settings, model=minilm)) as base:
+    with serve_in_thread(create_app(settings)) as base:
         info = httpx.get(f"{base}/info").json()["index"]
         assert info["documents"] == len(DOCS)
         body = {"query": ["an instrument with keys and hammers", "lava and eruptions"], "k": 3}
@@ -99,9 +99,15 @@ def test_serves_a_neobert_sentence_transformers_directory(neobert_dir):
     reference = SentenceTransformer(str(neobert_dir), device="cpu")
     texts = ["a short one", "a much longer sentence with many more words in it than the first"]
     with serve_in_thread(app) as base:
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         response = client.embeddings.create(input=texts, model="neobert")
         info = httpx.get(f"{base}/info").json()
+        with pytest.raises(openai.BadRequestError) as too_long:  # the export declares 128 tokens
+            client.embeddings.create(input=["fits", "word " * 200], model="neobert")
+    assert too_long.value.body["code"] == "context_length_exceeded"
+    assert (
+        "'input[1]' is 202 tokens long" in too_long.value.message and "at most 128" in too_long.value.message
+    )
     assert response.model == "embedder"  # the directory's name
     assert (info["dimension"], info["max_input_length"]) == (64, 128)
     got = np.array([d.embedding for d in response.data])

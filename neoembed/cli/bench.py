@@ -161,23 +161,25 @@ def mteb(
 
 @app.command("serve")
 def serve(
-    model: str = typer.Option("minilm", help="Embedder to serve and to call directly."),
+    models: str = typer.Option(
+        "minilm,neobert",
+        help="Embedders to serve and to call directly; 'neobert' is a quickstart-size NeoBERT export.",
+    ),
     texts: int = typer.Option(4096, min=16, help="WordNet glosses to embed per round."),
     texts_per_request: int = typer.Option(16, min=1, help="Texts in each client request."),
     clients: int = typer.Option(16, min=1, help="Concurrent clients."),
     repeats: int = typer.Option(2, min=1, help="Rounds per side, alternated; the best is kept."),
     threads: int = typer.Option(2, min=1, help="torch CPU threads, in the server and for direct encode."),
     direct_batch_sizes: str = typer.Option(
-        "32,256",
-        help="encode batch sizes to time; the first (32, encode's default) is the target's baseline.",
+        "32,256", help="encode batch sizes to time; the first (32, encode's default) is the ratio's baseline."
     ),
     out: Path = typer.Option(Path("runs/bench/serve"), help="Directory for serve.json, serve.md and logs."),
 ):
-    """HTTP server under concurrent clients vs direct model.encode: texts/s, ratio, p50/p95/p99 latency."""
+    """HTTP server under concurrent clients vs direct model.encode: texts/s, ratio, latency, /health p95."""
     from neoembed.bench import serve as bench_serve
 
     result = bench_serve.run(
-        model=model,
+        models=_csv(models),
         texts=texts,
         texts_per_request=texts_per_request,
         clients=clients,

@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 from neoembed.contrastive.lora import has_adapters, merge_adapters
+from neoembed.contrastive.model import BaseModelError
 from neoembed.contrastive.model_card import TrainingFacts, model_card
+from neoembed.embedder import position_limit
 from neoembed.runs import write_text
 
 NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")
@@ -41,6 +43,24 @@ def export_model(model, path: Path, facts: TrainingFacts, prompts: dict[str, str
         add_remote_code(path)
     write_text(path / "README.md", model_card(model, facts))
     return path
+
+
+def declared_max_seq_length(model, declared: str | int) -> int:
+    """The max_seq_length the export of `model` (now truncating at its training length) declares, per the
+    recipe's `export.max_seq_length`: "train", that training length; "positions", every position the base
+    model supports (the training length where the config does not say); or a number up to that."""
+    trained = int(model.max_seq_length)
+    if declared == "train":
+        return trained
+    limit = position_limit(model)
+    if declared == "positions":
+        return limit or trained
+    if limit is not None and declared > limit:
+        raise BaseModelError(
+            f"export.max_seq_length {declared} exceeds the {limit} positions the model supports; "
+            f"use at most {limit}, or 'positions'"
+        )
+    return declared
 
 
 # Module classes by the names every sentence-transformers version resolves (2.x-5.x directly, 6.x through

@@ -33,7 +33,8 @@ class TrainingFacts:
     dimension: int
     pooling: str
     normalized: bool
-    max_length: int
+    max_length: int  # the fine-tuning truncation
+    max_seq_length: int  # the input limit the export declares (export.max_seq_length)
     lora: dict | None  # the adapter settings, merged into the exported weights
     matryoshka_dims: list[int]
     data_path: str
@@ -60,6 +61,7 @@ def training_facts(
         pooling=next((str(m.pooling_mode) for m in model if hasattr(m, "pooling_mode")), "?"),
         normalized=any(type(m).__name__ == "Normalize" for m in model),
         max_length=model.max_seq_length,
+        max_seq_length=model.max_seq_length,
         lora=settings.model.lora.model_dump() if settings.model.lora else None,
         matryoshka_dims=dims,
         data_path=str(settings.data.path),
@@ -128,7 +130,7 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
 Fine-tuned by `neoembed contrastive` from **{facts.base_model}** with InfoNCE (cosine similarity / temperature
 {facts.temperature}, in-batch and hard negatives, one source per step) for **{facts.steps} steps**{lora}.
 Embeddings are {facts.dimension}-dimensional, {facts.pooling}-pooled{normalized}; inputs are truncated at
-{facts.max_length} tokens.{matryoshka}
+{facts.max_seq_length} tokens (fine-tuned at {facts.max_length}).{matryoshka}
 
 ```python
 from sentence_transformers import SentenceTransformer

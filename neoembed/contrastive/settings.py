@@ -106,6 +106,10 @@ class EvalSettings(StrictSettings):
 
 class ExportSettings(StrictSettings):
     path: str | None = None  # None: <train.output_dir>/neobert-embed
+    # The input limit the export declares (its max_seq_length: where `encode` truncates, the longest input
+    # `neoembed serve` accepts): "train" is model.max_length, the length it was fine-tuned and evaluated at;
+    # "positions" every position the base model supports (NeoBERT's 4096); or a number of tokens.
+    max_seq_length: Literal["train", "positions"] | Annotated[int, Field(gt=1)] = "train"
 
 
 class ContrastiveSettings(StrictSettings):

@@ -27,7 +27,7 @@ from neoembed.contrastive.data import (
     text_keys,
 )
 from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
-from neoembed.contrastive.export import export_model
+from neoembed.contrastive.export import declared_max_seq_length, export_model
 from neoembed.contrastive.lora import add_lora
 from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 from neoembed.contrastive.model import build_model
@@ -153,6 +153,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         settings.model.trust_remote_code,
     )
     model.model_card_data.local_files_only = True  # the export's card: no Hub look-ups
+    declared_max_seq_length(model, settings.export.max_seq_length)  # a bad value fails before training
     if settings.model.lora:
         add_lora(model, settings.model.lora)
     if train.compile:
@@ -230,6 +231,9 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         export_path = Path(settings.export.path or output_dir / "neobert-embed")
         facts = training_facts(settings, model, sources, summary["steps"], before, after)
         named = prompts.named_prompts(settings.data.prompts, sources)
+        facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
+            model, settings.export.max_seq_length
+        )
         export_model(model, export_path, facts, named)
         summary["export"] = str(export_path)
         write_json(output_dir / "summary.json", summary)

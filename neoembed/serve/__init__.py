@@ -1,7 +1,9 @@
 """HTTP embedding server: OpenAI-compatible and text-embeddings-inference-style routes over any embedder.
 
-The server is router + batcher + backend, as in text-embeddings-inference: `app` holds the routes, `batcher`
-the worker thread that owns the model and batches by token budget, `backend` the model-side checks and encode.
+The server is router + queue + backend, as in text-embeddings-inference. The router (`routes`, over the
+state built in `state`) checks each request and tokenizes it once (`tokenization`); the queue (`batcher`)
+carries token ids and cuts them into batches by token budget; the backend is a separate inference process
+(`backend` is its handle, `worker` its code) that owns the model and embeds the ids.
 """
 
 from neoembed.serve.app import create_app

@@ -1,11 +1,11 @@
-"""Dynamic batching on a worker thread that owns the model.
+"""Dynamic batching: requests queue token-id sequences, a worker thread hands batches to the backend.
 
 Requests queue their inputs one item at a time and await a future; the worker drains the queue in FIFO
 windows, sorts each window by length so a batch pads little, cuts it into batches whose padded size
 (longest input x inputs) fits the token budget, and writes each row back into its request's slot. A request
 larger than the budget is thereby split across batches and reassembled in order. The queue is bounded:
-a request that would overflow it is refused (429) instead of waiting without limit. Model work never runs
-on the event loop, so /health and /metrics answer while a batch is running.
+a request that would overflow it is refused (429) instead of waiting without limit. The worker thread only
+waits on the backend (the inference process), so /health and /metrics answer while a batch is running.
 
 Hand-written because neither FastAPI nor sentence-transformers has a request batcher; text-embeddings-inference
 (Rust) is the design it follows.
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from neoembed.serve.backend import BackendGone
 from neoembed.serve.metrics import Metrics
 
 log = logging.getLogger("neoembed.serve")
@@ -83,15 +84,14 @@ class _Job:
 class _Item:
     job: _Job
     position: int
-    text: str
-    tokens: int
+    ids: list[int]
     enqueued: float = field(default_factory=time.perf_counter)
 
 
 class Batcher:
     def __init__(
         self,
-        embed: Callable[[list[str]], np.ndarray],
+        embed: Callable[[list[list[int]]], np.ndarray],
         *,
         max_batch_tokens: int,
         max_queue_items: int,
@@ -119,19 +119,20 @@ class Batcher:
     def depth(self) -> int:
         return len(self._pending)
 
-    def submit(self, texts: list[str], tokens: list[int]) -> asyncio.Future:
-        """Queue one request's inputs; the future resolves to their embeddings, one row per input, in order."""
+    def submit(self, sequences: list[list[int]]) -> asyncio.Future:
+        """Queue one request's token-id sequences; the future resolves to their embeddings, one row per
+        sequence, in order."""
         loop = asyncio.get_running_loop()
-        job = _Job(loop.create_future(), loop, [None] * len(texts), len(texts))
+        job = _Job(loop.create_future(), loop, [None] * len(sequences), len(sequences))
         with self._cond:
             if self._closing:
                 raise ShuttingDownError("the server is shutting down")
-            if len(self._pending) + len(texts) > self.max_queue_items:
+            if len(self._pending) + len(sequences) > self.max_queue_items:
                 raise QueueFullError(
-                    f"the queue holds {len(self._pending)} inputs and this request adds {len(texts)}; "
+                    f"the queue holds {len(self._pending)} inputs and this request adds {len(sequences)}; "
                     f"the limit is {self.max_queue_items}"
                 )
-            self._pending.extend(_Item(job, i, text, n) for i, (text, n) in enumerate(zip(texts, tokens)))
+            self._pending.extend(_Item(job, i, ids) for i, ids in enumerate(sequences))
             self._metrics.queue_depth.set(len(self._pending))
             self._cond.notify()
         return job.future
@@ -150,7 +151,7 @@ class Batcher:
         window: list[_Item] | None = []
         try:
             while (window := self._next_window()) is not None:
-                for batch in plan_batches([item.tokens for item in window], self.max_batch_tokens):
+                for batch in plan_batches([len(item.ids) for item in window], self.max_batch_tokens):
                     self._run_batch([window[i] for i in batch])
         except BaseException as err:  # a bug here must not leave requests waiting forever
             log.exception("the inference worker stopped")
@@ -171,10 +172,10 @@ class Batcher:
                 return None
             window, tokens = [], 0
             limit = WINDOW_BATCHES * self.max_batch_tokens
-            while self._pending and (not window or tokens + self._pending[0].tokens <= limit):
+            while self._pending and (not window or tokens + len(self._pending[0].ids) <= limit):
                 item = self._pending.popleft()
                 window.append(item)
-                tokens += item.tokens
+                tokens += len(item.ids)
             self._metrics.queue_depth.set(len(self._pending))
             return window
 
@@ -187,16 +188,18 @@ class Batcher:
         for item in items:
             self._metrics.queue_seconds.observe(started - item.enqueued)
         try:
-            vectors = self._embed([item.text for item in items])
+            vectors = self._embed([item.ids for item in items])
             if len(vectors) != len(items):
                 raise RuntimeError(f"the model returned {len(vectors)} embeddings for {len(items)} inputs")
+        except BackendGone:
+            raise  # nothing can be served any more: `_run` fails every waiting request
         except Exception as err:  # a failed batch fails its requests, never the worker
             log.exception("batch of %d inputs failed", len(items))
             for job in {id(item.job): item.job for item in items}.values():
                 job.settle(error=err)
             return
         self._metrics.inference_seconds.observe(time.perf_counter() - started)
-        self._metrics.batch_tokens.observe(max(item.tokens for item in items) * len(items))
+        self._metrics.batch_tokens.observe(max(len(item.ids) for item in items) * len(items))
         self._metrics.batch_size.observe(len(items))
         for item, vector in zip(items, vectors):
             job = item.job

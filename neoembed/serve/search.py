@@ -1,8 +1,8 @@
 """An index directory served next to its model: query vectors come from the server's batcher.
 
 The index package owns the format and the search; this module checks, once at start-up, that the served
-model is the one the index was built with (same fingerprint), so /search never compares vectors from two
-different embedding spaces.
+model is the one the index was built with (same fingerprint, computed by the inference process from the
+weights as stored), so /search never compares vectors from two different embedding spaces.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from neoembed.embedder import model_fingerprint
 from neoembed.index import load_index
 
 
 class ServedIndex:
-    def __init__(self, directory: Path, model, *, threads: int | None) -> None:
+    def __init__(self, directory: Path, fingerprint: str, *, threads: int | None) -> None:
         self._index = load_index(directory, threads=threads)
         manifest = self._index.manifest
-        fingerprint = model_fingerprint(model)
         if fingerprint != manifest.model_fingerprint:
             self._index.close()
             raise ValueError(

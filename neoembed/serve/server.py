@@ -1,4 +1,4 @@
-"""Run the server: set the CPU threads, build the app (loading the model), and hand it to uvicorn.
+"""Run the server: build the app (the model loads in its inference process) and hand it to uvicorn.
 
 `serve_in_thread` runs an app on a background thread of this process (tests, benchmarks, notebooks).
 """
@@ -12,10 +12,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch
 import uvicorn
 
-from neoembed.serve.app import create_app, served_name
+from neoembed.serve.app import create_app
 from neoembed.serve.settings import ServeSettings, default_threads
 
 log = logging.getLogger("neoembed.serve")
@@ -26,19 +25,27 @@ def run_server(settings: ServeSettings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    threads = settings.threads or default_threads()
-    torch.set_num_threads(threads)
     app = create_app(settings)
-    # Move everything loaded so far (torch, transformers, the model) out of the garbage collector's view:
-    # a full collection over those millions of objects pauses every thread, /health included, for ~0.5 s.
+    state = app.state.server
+    # Move everything loaded so far (fastapi, transformers, numpy) out of the garbage collector's view: a
+    # full collection over those objects pauses every thread of this process, /health included.
     gc.collect()
     gc.freeze()
+    source = "--max-input-length" if settings.max_input_length else "the model's max_seq_length"
+    rule = "truncated to it" if settings.truncate else "refused with 400 context_length_exceeded"
     log.info(
-        "serving %s on http://%s:%d with %d CPU threads",
-        served_name(settings),
+        "serving %s on http://%s:%d: %d-dimensional embeddings on %s (%s, %d threads); inputs up to %d "
+        "tokens (%s), longer ones %s",
+        state.name,
         settings.host,
         settings.port,
-        threads,
+        state.model.dimension,
+        state.model.device,
+        state.model.dtype,
+        settings.threads or default_threads(),
+        state.model.max_length,
+        source,
+        rule,
     )
     # timeout_graceful_shutdown=None: on SIGTERM uvicorn stops accepting, then waits for every in-flight
     # request before the app's shutdown drains the batcher.

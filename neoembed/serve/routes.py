@@ -1,0 +1,130 @@
+"""The routes: OpenAI's /v1/embeddings, TEI-style /embed and /tokenize, /search, /info, /health, /metrics.
+
+Each handler receives the server's state (state.py) as a FastAPI dependency. An embedding route checks its
+input (inputs.py), has it tokenized and checked on a request thread, awaits the batcher, and builds the
+body on a request thread. The event loop itself only parses, routes and awaits, and the model runs in
+another process, so /health and /metrics never wait behind inference.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
+
+from neoembed import __version__
+from neoembed.serve.errors import APIError, InvalidInput
+from neoembed.serve.inputs import Inputs, parse_openai_input, parse_texts
+from neoembed.serve.responses import openai_body, rows_body, shape
+from neoembed.serve.schemas import EmbeddingsRequest, EmbedRequest, SearchRequest, TokenizeRequest
+from neoembed.serve.state import ServerState
+
+ROUTES = frozenset({"/v1/embeddings", "/embed", "/search", "/tokenize", "/info", "/health", "/metrics"})
+
+router = APIRouter()
+
+
+def server_state(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+State = Annotated[ServerState, Depends(server_state)]
+
+
+def check_dimensions(state: ServerState, dimensions: int | None) -> None:
+    if dimensions is not None and dimensions > state.model.dimension:
+        raise InvalidInput(
+            f"'dimensions' is {dimensions}, but {state.name} makes {state.model.dimension}-dimensional "
+            "embeddings.",
+            param="dimensions",
+            code="invalid_dimensions",
+        )
+
+
+@router.post("/v1/embeddings")
+async def openai_embeddings(request: EmbeddingsRequest, state: State) -> Response:
+    inputs = parse_openai_input(request.input, state.settings.max_client_batch_size)
+    check_dimensions(state, request.dimensions)
+    vectors, prepared = await state.embed(inputs, truncate=state.settings.truncate, field="input")
+    # OpenAI's embeddings are unit vectors, also after `dimensions` truncation.
+    body = await run_in_threadpool(
+        lambda: openai_body(
+            shape(vectors, dimensions=request.dimensions, normalize=True),
+            encoding_format=request.encoding_format,
+            model=state.name,
+            prompt_tokens=prepared.tokens,
+            truncated=prepared.truncated,
+        )
+    )
+    return Response(body, media_type="application/json")
+
+
+@router.post("/embed")
+async def tei_embed(request: EmbedRequest, state: State) -> Response:
+    texts = parse_texts(request.inputs, state.settings.max_client_batch_size)
+    check_dimensions(state, request.dimensions)
+    truncate = state.settings.truncate if request.truncate is None else request.truncate
+    vectors, prepared = await state.embed(Inputs(texts=texts), truncate=truncate, field="inputs")
+    body = await run_in_threadpool(
+        lambda: rows_body(shape(vectors, dimensions=request.dimensions, normalize=request.normalize))
+    )
+    headers = {"X-Truncated-Inputs": ",".join(map(str, prepared.truncated))} if prepared.truncated else None
+    return Response(body, media_type="application/json", headers=headers)
+
+
+@router.post("/search")
+async def search(request: SearchRequest, state: State) -> JSONResponse:
+    if state.index is None:
+        raise APIError(
+            404, "No index is loaded: start the server with --index DIR to search.", code="no_index"
+        )
+    queries = parse_texts(request.query, state.settings.max_client_batch_size, field="query")
+    vectors, _ = await state.embed(Inputs(texts=queries), truncate=state.settings.truncate, field="query")
+    hits = await run_in_threadpool(state.index.search, vectors, request.k)
+    return JSONResponse(
+        {"model": state.name, "results": [{"query": q, "hits": h} for q, h in zip(queries, hits)]}
+    )
+
+
+@router.post("/tokenize")
+async def tokenize(request: TokenizeRequest, state: State) -> JSONResponse:
+    texts = parse_texts(request.inputs, state.settings.max_client_batch_size)
+    tokens = await run_in_threadpool(
+        state.tokenizer.tokenize, texts, add_special_tokens=request.add_special_tokens
+    )
+    return JSONResponse(tokens)
+
+
+@router.get("/info")
+async def info(state: State) -> dict:
+    settings = state.settings
+    return {
+        "model": state.name,
+        "model_path": settings.model,
+        "dimension": state.model.dimension,
+        "max_input_length": state.model.max_length,
+        "truncate": settings.truncate,
+        "max_batch_tokens": state.batcher.max_batch_tokens,
+        "max_client_batch_size": settings.max_client_batch_size,
+        "max_queue_items": settings.max_queue_items,
+        "device": state.model.device,
+        "dtype": state.model.dtype,
+        "index": state.index.info if state.index is not None else None,
+        "version": __version__,
+    }
+
+
+@router.get("/health")
+async def health(state: State) -> dict:
+    if not state.healthy:
+        raise APIError(503, "The inference worker is not running.", code="unhealthy")
+    return {"status": "ok", "queue_depth": state.batcher.depth}
+
+
+@router.get("/metrics")
+async def prometheus(state: State) -> Response:
+    state.metrics.queue_depth.set(state.batcher.depth)
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,105 @@
+"""The server's state: what the routes depend on, built once from the settings.
+
+`ServerState` holds the settings, the model's description, the request tokenizer, the batcher in front of
+the inference process, the metrics and the optional index. `create_app` (app.py) stores it on `app.state`;
+the handlers in routes.py receive it through a FastAPI dependency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+
+from neoembed.serve.backend import InferenceProcess
+from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
+from neoembed.serve.errors import APIError
+from neoembed.serve.inputs import Inputs
+from neoembed.serve.metrics import Metrics
+from neoembed.serve.search import ServedIndex
+from neoembed.serve.settings import DEFAULT_BATCH_TOKENS, ServeSettings
+from neoembed.serve.tokenization import Prepared, RequestTokenizer
+from neoembed.serve.worker import ModelInfo
+
+
+def served_name(settings: ServeSettings) -> str:
+    """The `model` reported to clients: --served-model-name, else a directory's name, else the name given."""
+    if settings.served_model_name:
+        return settings.served_model_name
+    path = Path(settings.model)
+    return path.resolve().name if path.exists() else settings.model
+
+
+@dataclass
+class ServerState:
+    settings: ServeSettings
+    name: str
+    model: ModelInfo
+    tokenizer: RequestTokenizer
+    backend: InferenceProcess
+    batcher: Batcher
+    metrics: Metrics
+    index: ServedIndex | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.batcher.alive and self.backend.alive
+
+    async def embed(self, inputs: Inputs, *, truncate: bool, field: str) -> tuple[np.ndarray, Prepared]:
+        """Tokenize and check `inputs` on a request thread, queue their ids, and await the embeddings."""
+        prepared = await run_in_threadpool(self.tokenizer.prepare, inputs, truncate=truncate, field=field)
+        try:
+            future = self.batcher.submit(prepared.ids)
+        except QueueFullError as err:
+            raise APIError(
+                429,
+                f"The server is busy: {err}. Retry shortly.",
+                code="queue_full",
+                headers={"Retry-After": "1"},
+            ) from err
+        except ShuttingDownError as err:
+            raise APIError(503, "The server is shutting down.", code="shutting_down") from err
+        vectors = await future
+        self.metrics.input_tokens.inc(prepared.tokens)
+        self.metrics.truncations.inc(len(prepared.truncated))
+        return vectors, prepared
+
+    def close(self) -> None:
+        """Finish everything queued, then stop the inference process and release the index."""
+        self.batcher.close()
+        self.backend.close()
+        if self.index is not None:
+            self.index.close()
+
+
+def build_state(settings: ServeSettings) -> ServerState:
+    """Start the inference process (loading the model there) and everything in front of it.
+
+    Everything that can fail on bad settings (the model, the index, the batch budget) fails here, before a
+    port is bound; the inference process is stopped again when it does.
+    """
+    backend = InferenceProcess(settings, fingerprint=settings.index is not None)
+    try:
+        model = backend.info
+        budget = settings.max_batch_tokens or max(DEFAULT_BATCH_TOKENS, model.max_length)
+        if budget < model.max_length:
+            raise ValueError(
+                f"--max-batch-tokens ({budget}) must be at least the max input length ({model.max_length} "
+                "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length"
+            )
+        index = (
+            ServedIndex(Path(settings.index), model.fingerprint, threads=settings.threads)
+            if settings.index
+            else None
+        )
+    except BaseException:
+        backend.close()
+        raise
+    metrics = Metrics()
+    batcher = Batcher(
+        backend.embed, max_batch_tokens=budget, max_queue_items=settings.max_queue_items, metrics=metrics
+    )
+    tokenizer = RequestTokenizer(model.tokenizer, max_length=model.max_length, prompt=model.prompt)
+    return ServerState(settings, served_name(settings), model, tokenizer, backend, batcher, metrics, index)

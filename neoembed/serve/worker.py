@@ -1,0 +1,187 @@
+"""The inference process: it loads the embedder, then turns batches of token ids into embeddings.
+
+It runs apart from the HTTP process, as text-embeddings-inference keeps its backend apart from its router:
+the model's Python-level work (for a small NeoBERT, most of a forward pass is Python dispatching small
+tensor ops) and torch's CPU threads then never compete with the event loop for the interpreter lock, so
+/health and /metrics answer promptly whatever the model is. This module is the child's side; `backend.py`
+is the HTTP process's handle on it.
+
+Batches arrive already tokenized (one flat int32 array plus each sequence's length). A NeoBERT runs them
+packed, with `cu_seqlens` (no padding is built at all); other encoders get the padded batch their forward
+expects. Either way the token embeddings go through the model's own sentence-transformers modules
+(pooling, normalisation, ...), so a served vector equals `SentenceTransformer.encode` of the same text.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from neoembed.serve.settings import ServeSettings, default_threads
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the HTTP process needs to know about the loaded model (sent once, after loading)."""
+
+    tokenizer: object  # the model's transformers tokenizer, as sentence-transformers configured it
+    max_length: int  # the longest input, in tokens, that the model takes
+    dimension: int
+    device: str
+    dtype: str
+    prompt: str | None  # the model's default prompt, which `encode` prepends to every text
+    fingerprint: str | None  # of the weights as stored (before a dtype change); only when asked for
+
+
+def load_model(settings: ServeSettings):
+    """The embedder named by the settings, on its device, in fp32 as stored (see `to_serving_dtype`)."""
+    from neoembed.embedder import load_embedder
+
+    return load_embedder(settings.model, device=settings.device, max_seq_length=settings.max_input_length)
+
+
+def to_serving_dtype(model, settings: ServeSettings):
+    """The model in the settings' dtype: fp32 on CPU, half precision on GPU under `auto`."""
+    import torch
+
+    from neoembed.precision import resolve_precision
+
+    dtype = resolve_precision(settings.dtype, model.device.type).weight_dtype
+    if dtype != torch.float32:
+        model.to(dtype)
+    return model
+
+
+def default_prompt(model) -> str | None:
+    prompt = model.prompts.get(model.default_prompt_name) if model.default_prompt_name else None
+    if prompt and any(getattr(module, "include_prompt", True) is False for module in model):
+        # encode would also tell the pooling where the prompt ends; the server embeds prompt and text alike.
+        raise ValueError(
+            f"{model.default_prompt_name!r} is a default prompt excluded from pooling (include_prompt=False), "
+            "which the server does not support; serve a copy of the model without a default_prompt_name"
+        )
+    return prompt or None
+
+
+class ModelRunner:
+    """Embeddings of token-id batches, computed as `SentenceTransformer.encode` computes them."""
+
+    def __init__(self, model) -> None:
+        import torch
+
+        self.model = model.eval()
+        transformer = model[0]
+        self._encoder = transformer.auto_model
+        tokenizer = transformer.tokenizer
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._left_padded = tokenizer.padding_side == "left"
+        self._packed = self._encoder.config.model_type == "neobert" and self._runs_packed_well(torch)
+
+    def _runs_packed_well(self, torch) -> bool:
+        # NeoBERT's packed path uses exact per-sequence attention on CPU and a fused varlen kernel on CUDA
+        # in half precision; CUDA in fp32 has no varlen kernel, where the padded SDPA path is faster.
+        from neoembed.pretrain.attention import varlen_kernel
+
+        probe = torch.empty(0, device=self.model.device, dtype=self._encoder.dtype)
+        return probe.device.type == "cpu" or varlen_kernel(probe) != "sdpa_per_sequence"
+
+    def embed(self, flat_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """float32 rows, one per sequence: `flat_ids` holds the sequences back to back, `lengths` their sizes."""
+        import torch
+
+        with torch.inference_mode():
+            device = self.model.device
+            ids = torch.from_numpy(flat_ids).to(device=device, dtype=torch.long)
+            lengths = torch.from_numpy(lengths).to(device=device, dtype=torch.long)
+            positions = torch.arange(int(lengths.max()), device=device)
+            if self._left_padded:
+                mask = positions >= (lengths.max() - lengths)[:, None]
+            else:
+                mask = positions < lengths[:, None]  # (batch, longest): True at real tokens
+            if self._packed:
+                cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+                states = self._encoder(
+                    input_ids=ids, cu_seqlens=cu_seqlens, max_seqlen=mask.shape[1], return_dict=True
+                ).last_hidden_state
+                tokens = states.new_zeros(*mask.shape, states.shape[-1])
+                tokens[mask] = states
+                features = {"token_embeddings": tokens, "attention_mask": mask.long()}
+                modules = list(self.model)[1:]  # pooling, normalisation, ...: everything after the encoder
+            else:
+                padded = torch.full(mask.shape, self._pad_id, dtype=torch.long, device=device)
+                padded[mask] = ids
+                features = {"input_ids": padded, "attention_mask": mask.long()}
+                modules = list(self.model)
+            for module in modules:
+                features = module(features)
+            vectors = features["sentence_embedding"]
+            if self.model.truncate_dim is not None:
+                vectors = vectors[:, : self.model.truncate_dim]
+            return vectors.float().cpu().numpy()
+
+
+def load_runner(settings: ServeSettings, *, fingerprint: bool) -> tuple[ModelRunner, ModelInfo]:
+    """Load the model for serving, warm it up, and describe it."""
+    from neoembed.embedder import model_fingerprint
+
+    model = load_model(settings)
+    # The fingerprint hashes the weights' bytes as stored, which a bf16/fp16 conversion for serving changes.
+    stored = model_fingerprint(model) if fingerprint else None
+    model = to_serving_dtype(model, settings)
+    runner = ModelRunner(model)
+    tokenizer = model.tokenizer
+    warm_up = np.asarray(tokenizer("warm-up")["input_ids"], dtype=np.int32)
+    dimension = runner.embed(warm_up, np.array([len(warm_up)], dtype=np.int32)).shape[1]
+    info = ModelInfo(
+        tokenizer=tokenizer,
+        max_length=int(model.max_seq_length),
+        dimension=int(dimension),
+        device=str(model.device),
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        prompt=default_prompt(model),
+        fingerprint=stored,
+    )
+    return runner, info
+
+
+def main(fd: int) -> None:
+    """The child's main loop on the connection at file descriptor `fd`: receive the settings, load, report
+    ("ready", ModelInfo) or ("error", exception), then serve batches until told to stop (None) or until the
+    HTTP process is gone (the connection closes)."""
+    import torch
+
+    # Ctrl-C reaches the whole process group, and a service manager may signal every process of the unit;
+    # the HTTP process decides when to stop, after draining its queue, and tells this one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn = Connection(fd)
+    try:
+        settings, fingerprint = conn.recv()
+        torch.set_num_threads(settings.threads or default_threads())
+        try:
+            runner, info = load_runner(settings, fingerprint=fingerprint)
+        except Exception as err:  # raised in the HTTP process, where the settings were given
+            _send_error(conn, err)
+            return
+        conn.send(("ready", info))
+        while (batch := conn.recv()) is not None:
+            try:
+                vectors = runner.embed(*batch)
+            except Exception as err:  # a failed batch fails its requests, never the process
+                _send_error(conn, err)
+            else:
+                conn.send(("ok", vectors))
+    except (EOFError, OSError):  # the HTTP process is gone
+        return
+
+
+def _send_error(conn: Connection, err: Exception) -> None:
+    try:
+        conn.send(("error", err))
+    except OSError:
+        raise
+    except Exception:  # not picklable (nothing was sent): keep its type's name and message
+        conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}")))
