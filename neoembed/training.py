@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from neoembed.errors import RunError
 from neoembed.recipes import RecipeError
 
 # Fields of a recipe's `train` section that may change between a run and its resume without changing what
@@ -22,7 +23,7 @@ from neoembed.recipes import RecipeError
 RESUMABLE_CHANGES = {"log_steps", "eval_steps", "save_steps", "keep_checkpoints", "num_workers", "threads"}
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(RunError):
     """The loss became NaN or infinite; the message names the last good checkpoint."""
 
 

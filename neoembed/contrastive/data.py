@@ -19,11 +19,12 @@ from datasets import Dataset, Features, Sequence, Value
 from datasets.exceptions import DatasetGenerationError
 
 from neoembed.data.records import RecordsError, load_records
+from neoembed.errors import InputError
 
 REQUIRED_COLUMNS = ("query", "positive", "negatives")
 
 
-class ContrastiveDataError(ValueError):
+class ContrastiveDataError(InputError):
     """Records that cannot be trained on; the message names the source, row or file."""
 
 

@@ -14,10 +14,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from neoembed.data.mapping import FieldPath, PathError
+from neoembed.errors import InputError
 from neoembed.recipes import RecipeError, describe_validation_error, read_yaml_mapping
 
 
-class ManifestError(ValueError):
+class ManifestError(InputError):
     """A manifest that is unreadable, ill-typed, or does not fit its dataset; the message names file and field."""
 
 

@@ -28,6 +28,7 @@ from neoembed.embedder import (
     position_limit,
     resolve_model_name,
 )
+from neoembed.errors import InputError
 
 BM25_NAMES = ("bm25", "bm25s")
 BM25_MTEB_NAME = "mteb/baseline-bm25s"
@@ -35,7 +36,7 @@ POOLING_MODES = ("mean", "cls", "max", "lasttoken")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputError):
     """A model name that cannot be evaluated; the message says why."""
 
 

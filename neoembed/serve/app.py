@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from neoembed import __version__
+from neoembed.errors import InputError
 from neoembed.serve.backend import Backend, Prepared, load_model, to_serving_dtype
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
 from neoembed.serve.errors import APIError, InvalidInput, install_error_handlers
@@ -54,9 +55,10 @@ def create_app(settings: ServeSettings, model=None) -> FastAPI:
     name = served_name(settings)
     budget = settings.max_batch_tokens or max(DEFAULT_BATCH_TOKENS, backend.max_length)
     if budget < backend.max_length:
-        raise ValueError(
+        raise InputError(
             f"--max-batch-tokens ({budget}) must be at least the max input length ({backend.max_length} "
-            "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length"
+            "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length",
+            param="--max-batch-tokens",
         )
     metrics = Metrics()
     batcher = Batcher(

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from neoembed.embedder import model_fingerprint
+from neoembed.errors import InputError
 from neoembed.index import load_index
 
 
@@ -23,11 +24,12 @@ class ServedIndex:
         fingerprint = model_fingerprint(model)
         if fingerprint != manifest.model_fingerprint:
             self._index.close()
-            raise ValueError(
+            raise InputError(
                 f"--index {directory} was built with {manifest.model!r} (fingerprint "
                 f"{manifest.model_fingerprint}), not with the served model (fingerprint {fingerprint}); "
                 "its vectors are not comparable with this model's queries. Serve that model, or rebuild "
-                "the index with this one"
+                "the index with this one",
+                param="--index",
             )
         self.info = {
             "directory": str(directory),
