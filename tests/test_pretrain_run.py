@@ -197,7 +197,7 @@ def test_cli_reports_recipe_errors_without_a_traceback(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(tiny_recipe(tmp_path)))
     result = CliRunner().invoke(app, ["pretrain", "--recipe", str(path), "--optim.lr", "fast"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "field optim.lr" in result.output and "Traceback" not in result.output
 
 

@@ -181,7 +181,9 @@ def _cli_default(field: FieldInfo) -> Any:
     """The field's default as the command line writes it; None where the settings compute it."""
     if field.default_factory is not None or field.default is None:
         return None
-    value = TypeAdapter(field.annotation).dump_python(field.default, mode="json")
+    # The field's metadata holds its serializer, e.g. a shard (0, 1) written "0/1".
+    annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    value = TypeAdapter(annotation).dump_python(field.default, mode="json")
     return None if value in ([], "") else value
 
 
@@ -201,11 +203,11 @@ def _cli_type(annotation) -> Any:
 
 
 def _choices_text(field: FieldInfo) -> str | None:
-    """`[a|b|c]` for a Literal field. The option itself is text, so a bad choice is reported by the
+    """`One of: a, b, c.` for a Literal field. The option itself is text, so a bad choice is reported by the
     settings' validation like any other bad value."""
     for annotation in (field.annotation, *typing.get_args(field.annotation)):
         if typing.get_origin(annotation) is Literal:
-            return "[" + "|".join(map(str, typing.get_args(annotation))) + "]"
+            return "One of: " + ", ".join(map(str, typing.get_args(annotation))) + "."
     return None
 
 
