@@ -28,6 +28,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from neoembed.errors import InputError
+from neoembed.packaged import recipe_names, resolve_recipe
 from neoembed.recipes import apply_overrides, describe_validation_error, load_recipe, parse_overrides
 
 # Verbs that take `--section.field value` recipe overrides beyond their declared options.
@@ -106,7 +107,7 @@ def recipe_options(
                 str,
                 typer.Option(
                     "--recipe",
-                    help="A recipe: a packaged name (" + ", ".join(_recipe_names()) + ") or a YAML file.",
+                    help="A recipe: a packaged name (" + ", ".join(recipe_names()) + ") or a YAML file.",
                     show_default=not required,
                 ),
             ],
@@ -116,8 +117,6 @@ def recipe_options(
         options = [_option(flag, _field(settings_cls, flag.field)) for flag in shortcuts]
 
         def build(values: dict[str, Any]) -> BaseModel:
-            from neoembed.packaged import resolve_recipe
-
             given = {f.field: values.pop(f.python_name) for f in shortcuts}
             overrides = {path: value for path, value in given.items() if value is not None}
             overrides.update(parse_overrides(values.pop("ctx").args))
@@ -262,9 +261,3 @@ def _check_unique(flags: list[Flag]) -> None:
         if flag.option in seen:
             raise TypeError(f"fields {seen[flag.option]} and {flag.field} both map to {flag.option}")
         seen[flag.option] = flag.field
-
-
-def _recipe_names() -> list[str]:
-    from neoembed.packaged import recipe_names
-
-    return recipe_names()
