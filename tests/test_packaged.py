@@ -46,7 +46,9 @@ def installed(tmp_path_factory) -> dict:
     venv.create(env, with_pip=False)
     site = next((env / "lib").glob("python*/site-packages"))
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([*pip, "--python", env / "bin" / "python", "install", "--no-deps", wheel], check=True)
+    # --ignore-installed: pip must not touch the neoembed it sees through the .pth (this checkout's install).
+    install = ["install", "--no-deps", "--ignore-installed", wheel]
+    subprocess.run([*pip, "--python", env / "bin" / "python", *install], check=True)
     empty = root / "empty"
     empty.mkdir()
     return {"wheel": wheel, "bin": env / "bin", "cwd": empty}

@@ -25,12 +25,21 @@ class CommandGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except NeoembedError as error:
-            # command_path starts with the program name, which differs between a shell and a test runner.
-            verb = " ".join([*ctx.command_path.split()[1:], ctx.invoked_subcommand or ""]).strip()
+            verb = " ".join([*_group_names(ctx), ctx.invoked_subcommand or ""]).strip()
             if ctx.meta.get(DEBUG):
                 traceback.print_exc()
             typer.echo(f"neoembed {verb}: {error.message}", err=True)
             raise typer.Exit(error.exit_code) from None
+
+
+def _group_names(ctx) -> list[str]:
+    """The verbs above this group (`index` for `neoembed index build`), without the program's name, which
+    is `neoembed`, `python -m neoembed` or a test runner's."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return names[::-1]
 
 
 app = typer.Typer(
