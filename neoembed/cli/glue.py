@@ -77,8 +77,8 @@ def glue(
         import torch
 
         torch.set_num_threads(threads)
-    dump_recipe(settings, output / "recipe.yaml")
     tasks = select_tasks([n for item in task or [] for n in item.split(",")], settings.tasks)
+    dump_recipe(settings, output / "recipe.yaml")
     results = run_glue(
         model,
         tasks,
