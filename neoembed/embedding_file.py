@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from neoembed.errors import InputError
 
-class VectorFileError(ValueError):
+
+class VectorFileError(InputError):
     """A vector file that holds fewer rows than the caller's records say it must."""
 
 

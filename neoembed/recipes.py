@@ -1,42 +1,62 @@
 """Recipes: YAML files validated into typed pydantic settings, with command-line overrides.
 
-Every job (`pretrain`, `contrastive`, ...) declares its settings as a pydantic model with `extra="forbid"`;
-`load_recipe` reads a YAML file into it, applies `--dotted.field value` overrides, and turns any validation
-error into one message that names the file and each bad field.
+Every command declares its settings as a pydantic model (`StrictSettings`); the CLI binds its options to the
+model's fields (`neoembed.cli.options`). For the jobs that take a recipe (`pretrain`, `contrastive`, `glue`),
+`load_recipe` reads a YAML file into the model, applies `--dotted.field value` overrides, and turns any
+validation error into one message that names the file and each bad field.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from neoembed.errors import InputError
+
 Settings = TypeVar("Settings", bound=BaseModel)
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe or override that does not validate; the message names the file and the fields."""
 
 
 class StrictSettings(BaseModel):
-    """Base for recipe sections: unknown fields are errors, values are type-checked."""
+    """Base for every command's settings: unknown fields are errors, values are type-checked, and a field's
+    docstring is its description (the help of the CLI option bound to it)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
-def describe_validation_error(err: ValidationError) -> str:
-    """`field a.b: unknown field; field c: Input should be a valid integer` for each problem."""
+def describe_validation_error(
+    err: ValidationError, label: Callable[[tuple], str | None] | None = None
+) -> str:
+    """`field a.b: unknown field; field c: Input should be a valid integer` for each problem.
+
+    `label` names a field's location another way (the CLI passes its flag, `--max-rows`); where it gives
+    None, a check of the whole settings, the message stands alone."""
 
     def short(error: dict) -> str:
         if error["type"] == "extra_forbidden":
             return "unknown field"
         return error["msg"].removeprefix("Value error, ")
 
-    return "; ".join(
-        f"field {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {short(e)}" for e in err.errors()
-    )
+    def where(loc: tuple) -> str | None:
+        if label is not None:
+            return label(loc)
+        return f"field {'.'.join(str(p) for p in loc) or '(top level)'}"
+
+    problems = []
+    for error in err.errors():
+        name = where(error["loc"])
+        if error["type"] == "literal_error" and name:
+            problems.append(f"{name} must be one of {error['ctx']['expected']}, got {error['input']!r}")
+        else:
+            problems.append(f"{name}: {short(error)}" if name else short(error))
+    return "; ".join(problems)
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -106,7 +126,8 @@ def load_recipe(
         return settings_cls.model_validate(data)
     except ValidationError as err:
         where = str(path) if path is not None else "settings"
-        raise RecipeError(f"{where}: {describe_validation_error(err)}") from None
+        first = ".".join(str(p) for p in err.errors()[0]["loc"]) or None
+        raise RecipeError(f"{where}: {describe_validation_error(err)}", param=first) from None
 
 
 def dump_recipe(settings: BaseModel, path: Path) -> None:

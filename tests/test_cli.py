@@ -49,3 +49,82 @@ def test_encode_checks_its_files_before_any_work(tmp_path):
     latin1.write_bytes("caf\xe9\n".encode("latin-1"))
     bad_file = runner.invoke(app, ["encode", "--file", str(latin1)])
     assert bad_file.exit_code != 0 and "not UTF-8" in bad_file.output
+
+
+def test_bad_input_exits_2_with_one_line_naming_the_verb_and_no_traceback():
+    result = runner.invoke(app, ["pretrain", "--recipe", "no-such-recipe"])
+    assert result.exit_code == 2
+    assert (
+        "neoembed pretrain: recipe 'no-such-recipe' is neither a file nor a packaged recipe" in result.output
+    )
+    assert "pretrain-cpu" in result.output and "neobert-stage1" in result.output  # the names to choose from
+    assert "Traceback" not in result.output
+
+
+def test_a_failed_run_exits_1_and_debug_shows_the_traceback(monkeypatch, tmp_path):
+    import neoembed.quickstart
+    from neoembed.quickstart.steps import StepFailed
+
+    def fail(*args, **kwargs):
+        raise StepFailed("step 2 (pretrain) failed: disk full")
+
+    monkeypatch.setattr(neoembed.quickstart, "run_quickstart", fail)
+    result = runner.invoke(app, ["quickstart", "--run-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "neoembed quickstart: step 2 (pretrain) failed: disk full" in result.output
+    assert "Traceback" not in result.output
+
+    debug = runner.invoke(app, ["--debug", "quickstart", "--run-dir", str(tmp_path)])
+    assert debug.exit_code == 1
+    assert "Traceback (most recent call last)" in debug.output and "in fail" in debug.output
+    assert "neoembed quickstart: step 2 (pretrain) failed: disk full" in debug.output
+
+
+def test_errors_of_a_subcommand_name_the_whole_verb(tmp_path):
+    result = runner.invoke(
+        app, ["index", "export", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.parquet")]
+    )
+    assert result.exit_code == 2
+    assert "neoembed index export: " in result.output and "not an index directory" in result.output
+
+
+def test_serve_options_are_generated_from_the_settings_fields():
+    """Each ServeSettings field is one option whose default and help are the field's own."""
+    from typer.main import get_command
+
+    from neoembed.serve import ServeSettings
+
+    options = {param.name: param for param in get_command(app).commands["serve"].params}
+    assert set(options) == set(ServeSettings.model_fields)
+    for name, field in ServeSettings.model_fields.items():
+        assert f"--{name.replace('_', '-')}" in options[name].opts
+        assert options[name].default == field.default, name
+        assert field.description and field.description in options[name].help, name
+    assert "[0<=x<=65535]" in options["port"].help  # bounds come from the field's constraints
+    assert "One of: auto, float32, float16, bfloat16." in options["dtype"].help
+
+
+def test_build_data_validates_its_options_through_the_settings(tmp_path):
+    result = runner.invoke(app, ["build-data", "--check", "--teacher-dtype", "float16"])
+    assert result.exit_code == 2
+    assert "neoembed build-data: --teacher-dtype must be one of 'float32' or 'bfloat16', got 'float16'" in (
+        result.output
+    )
+    result = runner.invoke(app, ["build-data", "--out", str(tmp_path), "--margin", "1.5"])
+    assert result.exit_code == 2 and "--margin: Input should be less than or equal to 1" in result.output
+    checked = runner.invoke(app, ["build-data", "--check"])  # the packaged manifests, from any directory
+    assert checked.exit_code == 0 and "1 manifest(s) valid: wordnet" in checked.output
+
+
+def test_recipes_resolve_by_name_from_any_directory(tmp_path, monkeypatch):
+    from neoembed.packaged import recipe_names, resolve_recipe
+
+    monkeypatch.chdir(tmp_path)
+    assert {"pretrain-cpu", "contrastive-cpu", "glue", "neobert-stage1", "neobert-stage2"} <= set(
+        recipe_names()
+    )
+    for value in ("pretrain-cpu", "pretrain-cpu.yaml", "recipes/pretrain-cpu.yaml"):
+        assert resolve_recipe(value).read_text().startswith("# A small NeoBERT")
+    own = tmp_path / "pretrain-cpu.yaml"
+    own.write_text("corpus: {wordnet: true}\n")
+    assert resolve_recipe("pretrain-cpu.yaml") == own.relative_to(tmp_path)  # a file of that name wins

@@ -165,16 +165,16 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, build, minilm_path)
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(recipe(build, tmp_path / "gpt2", tmp_path / "run")))
     result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path), "--steps", "1"])
-    assert result.exit_code == 1 and "gpt2" in result.output and "encoder" in result.output
+    assert result.exit_code == 2 and "gpt2" in result.output and "encoder" in result.output
     missing = ["contrastive", "--recipe", str(path), "--data.path", str(tmp_path / "nothing")]
     result = CliRunner().invoke(app, missing)
-    assert result.exit_code == 1 and "stats.json" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "stats.json" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path), "--train.batch_size", "many"])
-    assert result.exit_code == 1 and "field train.batch_size" in result.output
+    assert result.exit_code == 2 and "field train.batch_size" in result.output
     path.write_text(yaml.safe_dump(recipe(build, tiny_encoder_dir(tmp_path, minilm_path), tmp_path / "lora")))
     lora = ["contrastive", "--recipe", str(path), "--model.lora.target_modules", "[no_such_layer]"]
     result = CliRunner().invoke(app, lora)
-    assert result.exit_code == 1 and "model.lora.target_modules" in result.output, result.output
+    assert result.exit_code == 2 and "model.lora.target_modules" in result.output, result.output
     assert "Traceback" not in result.output
 
 

@@ -67,7 +67,7 @@ def test_a_failing_task_is_reported_and_the_others_still_run(run):
 def test_results_and_settings_are_recorded(run):
     out, settings, _, _ = run
     record = json.loads((out / "settings.json").read_text())
-    assert record["settings"] == settings.to_dict()
+    assert record["settings"] == settings.model_dump()
     assert {m["label"] for m in record["models"]} == {"all-MiniLM-L6-v2", "bm25"}
     assert (out / "summary.md").is_file() and (out / "summary.png").is_file()
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from synthetic_text import random_documents
 
-from neoembed.pretrain.corpus import CorpusError
+from neoembed.pretrain.corpus import PretrainCorpusError
 from neoembed.pretrain.settings import PretrainSettings
 from neoembed.pretrain.trainer import run_pretraining
 from neoembed.recipes import RecipeError, load_recipe
@@ -141,21 +141,21 @@ def test_recipe_errors_name_the_field(tmp_path, override, message):
 def test_unreadable_corpora_are_clear_errors(tmp_path):
     recipe = tiny_recipe(tmp_path)
     recipe["corpus"]["files"] = [str(tmp_path / "missing-*.txt")]
-    with pytest.raises(CorpusError, match="matches no file"):
+    with pytest.raises(PretrainCorpusError, match="matches no file"):
         run_pretraining(PretrainSettings.model_validate(recipe))
 
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 5)
     recipe["corpus"]["files"] = [str(bad)]
     recipe["train"]["output_dir"] = str(tmp_path / "run2")
-    with pytest.raises(CorpusError, match="not UTF-8"):
+    with pytest.raises(PretrainCorpusError, match="not UTF-8"):
         run_pretraining(PretrainSettings.model_validate(recipe))
 
     table = tmp_path / "docs.jsonl"
     table.write_text('{"body": "hello"}\n')
     recipe["corpus"]["files"] = [str(table)]
     recipe["train"]["output_dir"] = str(tmp_path / "run3")
-    with pytest.raises(CorpusError, match="no column 'text'.*body"):
+    with pytest.raises(PretrainCorpusError, match="no column 'text'.*body"):
         run_pretraining(PretrainSettings.model_validate(recipe))
 
 
@@ -200,7 +200,7 @@ def test_cli_reports_recipe_errors_without_a_traceback(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(tiny_recipe(tmp_path)))
     result = CliRunner().invoke(app, ["pretrain", "--recipe", str(path), "--optim.lr", "fast"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "field optim.lr" in result.output and "Traceback" not in result.output
 
 

@@ -54,7 +54,7 @@ def test_a_failing_command_reports_its_error_not_its_progress_bar(tmp_path):
     bad.write_text("data: {path: nowhere}\ntrain: {no_such_field: 1}\n")
     with pytest.raises(CommandFailed) as failure:
         run_command(["contrastive", "--recipe", bad], tmp_path / "log.txt", Console())
-    assert "no_such_field" in str(failure.value) and "exited with status 1" in str(failure.value)
+    assert "no_such_field" in str(failure.value) and "exited with status 2" in str(failure.value)
     assert "no_such_field" in (tmp_path / "log.txt").read_text()
 
 

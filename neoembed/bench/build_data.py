@@ -123,10 +123,11 @@ def bench_normalise(rows: int, work: Path) -> dict:
 def bench_mining(rows: int, dtypes: list[str], batch_size: int, work: Path) -> list[dict]:
     from neoembed.data.build import BuildConfig, build
     from neoembed.data.mining import MiningConfig
+    from neoembed.packaged import manifests_dir
 
     manifests = work / "manifests-wordnet"
     manifests.mkdir(parents=True, exist_ok=True)
-    shutil.copy(Path(__file__).resolve().parents[2] / "data_manifests" / "wordnet.yaml", manifests)
+    shutil.copy(manifests_dir() / "wordnet.yaml", manifests)
     results = []
     for dtype in dtypes:
         out = work / f"wordnet-{dtype}"

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.packaged import manifests_dir, recipes_dir
 
-ROOT = Path(__file__).resolve().parents[2]
 TARGET = 0.25
 EXAMPLE_TASK = "WordNetExampleDefinitionRetrieval"
 LEMMA_TASK = "WordNetDefinitionRetrieval"
@@ -35,7 +35,7 @@ def wordnet_build(out: Path, rows: int, pairs: list[str], mine: bool) -> Path:
     if not (out / "stats.json").exists():
         manifests = out.parent / "manifests"
         manifests.mkdir(parents=True, exist_ok=True)
-        manifest = yaml.safe_load((ROOT / "data_manifests" / "wordnet.yaml").read_text())
+        manifest = yaml.safe_load((manifests_dir() / "wordnet.yaml").read_text())
         manifest.setdefault("options", {})["wordnet_pairs"] = pairs
         (manifests / "wordnet.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
         build(BuildConfig(manifests=manifests, out=out, sources=("wordnet",), max_rows=rows, mine=mine))
@@ -48,7 +48,7 @@ def fine_tune(base: str, data: Path, out: Path, minutes: float, overrides: dict)
     from neoembed.recipes import load_recipe
 
     settings = load_recipe(
-        ROOT / "recipes" / "contrastive-cpu.yaml",
+        recipes_dir() / "contrastive-cpu.yaml",
         ContrastiveSettings,
         {
             "data.path": str(data),

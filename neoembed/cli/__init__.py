@@ -1,18 +1,65 @@
 """The `neoembed` command line: one typer app, one module per verb.
 
-Each module in this package defines its command(s) and is registered here. Commands parse and validate
-their arguments, then call library functions; they hold no logic of their own.
+Each module in this package defines its command(s) and is registered here. Commands bind their options to
+typed settings (`neoembed.cli.options`), then call library functions; they hold no logic of their own and
+catch no errors: the one handler below turns any `NeoembedError` into `neoembed <verb>: message` on stderr
+and the error's exit code (2 bad input, 1 failed run), with the traceback only under `neoembed --debug`.
 """
 
+from __future__ import annotations
+
+import traceback
+
 import typer
+from typer.core import TyperGroup
+
+from neoembed.errors import NeoembedError
+
+DEBUG = "neoembed.debug"  # key in click's context meta, shared by every nested context
+
+
+class CommandGroup(TyperGroup):
+    """A group of verbs whose errors from the neoembed family end as one line and an exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except NeoembedError as error:
+            verb = " ".join([*_group_names(ctx), ctx.invoked_subcommand or ""]).strip()
+            if ctx.meta.get(DEBUG):
+                traceback.print_exc()
+            typer.echo(f"neoembed {verb}: {error.message}", err=True)
+            raise typer.Exit(error.exit_code) from None
+
+
+def _group_names(ctx) -> list[str]:
+    """The verbs above this group (`index` for `neoembed index build`), without the program's name, which
+    is `neoembed`, `python -m neoembed` or a test runner's."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return names[::-1]
+
 
 app = typer.Typer(
     name="neoembed",
+    cls=CommandGroup,
     help="Build text-embedding models around NeoBERT.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def global_options(
+    ctx: typer.Context,
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of an error, not only its message."
+    ),
+) -> None:
+    ctx.meta[DEBUG] = debug
 
 
 def main() -> None:
@@ -34,9 +81,7 @@ from neoembed.cli import (  # noqa: E402
     search,
     serve,
 )
-
-# Verbs that take `--section.field value` recipe overrides beyond their declared options.
-RECIPE_OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+from neoembed.cli.options import RECIPE_OVERRIDES  # noqa: E402
 
 app.command()(info.info)
 app.command()(encode.encode)
@@ -45,8 +90,8 @@ app.command("build-data")(build_data.build_data)
 app.command(context_settings=RECIPE_OVERRIDES)(contrastive.contrastive)
 app.command("mteb-eval")(mteb_eval.mteb_eval)
 app.command("glue", context_settings=RECIPE_OVERRIDES)(glue.glue)
-app.add_typer(index.app, name="index")
+app.add_typer(index.app, name="index", cls=CommandGroup)
 app.command("search")(search.search)
 app.command("serve")(serve.serve)
 app.command()(quickstart.quickstart)
-app.add_typer(bench.app, name="bench")
+app.add_typer(bench.app, name="bench", cls=CommandGroup)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from neoembed.errors import InputError
+
 app = typer.Typer(
     help="Benchmarks: each writes JSON and a markdown table and prints ratios measured in one run.",
     no_args_is_help=True,
@@ -66,13 +68,15 @@ def encode(
 
     unknown = [c for c in _csv(configs) if c not in bench_encode.CONFIGS]
     if unknown:
-        raise typer.BadParameter(f"unknown config(s) {unknown}; choose from {list(bench_encode.CONFIGS)}")
+        raise InputError(
+            f"--configs: unknown {unknown}; choose from {list(bench_encode.CONFIGS)}", param="--configs"
+        )
     device = _device(device)
     if dtypes == "auto":
         dtypes = "fp32,bf16" if resolve_precision("auto", device).bf16_supported else "fp32"
     bad_dtypes = [d for d in _csv(dtypes) if d not in ("fp32", "bf16")]
     if bad_dtypes:
-        raise typer.BadParameter(f"unknown dtype(s) {bad_dtypes}; choose fp32 and/or bf16")
+        raise InputError(f"--dtypes: unknown {bad_dtypes}; choose fp32 and/or bf16", param="--dtypes")
     if "bf16" in _csv(dtypes) and not resolve_precision("auto", device).bf16_supported:
         typer.echo(
             f"note: bf16 has no matrix units on this {device}; torch emulates it, far slower than fp32"
@@ -139,7 +143,7 @@ def build_data(
 
     bad = [d for d in _csv(dtypes) if d not in ("float32", "bfloat16")]
     if bad:
-        raise typer.BadParameter(f"unknown dtype(s) {bad}; choose float32 and/or bfloat16")
+        raise InputError(f"--dtypes: unknown {bad}; choose float32 and/or bfloat16", param="--dtypes")
     result = bench_build_data.run(rows, mining_rows, _csv(dtypes), threads, batch_size, out, keep)
     _echo_report(result)
 
@@ -217,7 +221,9 @@ def pretrain(
     from neoembed.bench import pretrain as bench_pretrain
 
     if config not in bench_pretrain.CONFIGS:
-        raise typer.BadParameter(f"unknown config {config!r}; choose from {list(bench_pretrain.CONFIGS)}")
+        raise InputError(
+            f"--config: unknown {config!r}; choose from {list(bench_pretrain.CONFIGS)}", param="--config"
+        )
     if dtype not in ("auto", "fp32", "bf16"):
         raise typer.BadParameter(f"unknown dtype {dtype!r}; choose fp32, bf16 or auto", param_hint="--dtype")
     result = bench_pretrain.run(

@@ -16,21 +16,19 @@ def encode(
     normalize: bool = typer.Option(True, help="L2-normalise the embeddings."),
 ):
     """Embed texts and print their cosine-similarity matrix; optionally save the embeddings."""
-    from neoembed.embedder import EmbedderError, load_embedder
+    from neoembed.embedder import load_embedder
     from neoembed.embedding_io import load_texts, save_embeddings, similarity_table
+    from neoembed.errors import InputError
 
     if output is not None and output.suffix not in (".npy", ".jsonl"):
-        raise typer.BadParameter(f"{output}: use a .npy or .jsonl file", param_hint="--output")
+        raise InputError(f"--output {output}: use a .npy or .jsonl file", param="--output")
     try:
         items = load_texts(texts or [], file)
     except UnicodeDecodeError as err:
-        raise typer.BadParameter(f"{file} is not UTF-8 text ({err.reason})", param_hint="--file") from err
+        raise InputError(f"--file {file} is not UTF-8 text ({err.reason})", param="--file") from err
     if not items:
-        raise typer.BadParameter("give texts as arguments or a non-empty --file")
-    try:
-        embedder = load_embedder(model)
-    except EmbedderError as err:
-        raise typer.BadParameter(str(err), param_hint="--model") from err
+        raise InputError("give texts as arguments or a non-empty --file", param="--file")
+    embedder = load_embedder(model)
     embeddings = embedder.encode(items, batch_size=batch_size, normalize_embeddings=normalize)
     typer.echo(f"{model}: {len(items)} texts -> {embeddings.shape[1]}-dim embeddings")
     if len(items) <= 12:

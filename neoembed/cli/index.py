@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 app = typer.Typer(help="Build, extend and export FAISS index directories.", no_args_is_help=True)
-err = Console(stderr=True)
 
 Corpus = Annotated[
     list[str],
@@ -29,26 +26,14 @@ IdField = Annotated[str, typer.Option(help="Field holding the document id.")]
 TextField = Annotated[str, typer.Option(help="Field holding the document text.")]
 
 
-@contextmanager
-def clean_errors(threads: int | None = None):
-    """Set torch threads; show the errors of the index package, embedder, vector file and WordNet reader as
-    one red line."""
-    from neoembed.data.wordnet import WordNetError
-    from neoembed.embedder import EmbedderError
-    from neoembed.embedding_file import VectorFileError
-    from neoembed.index import IndexingError
-
+def setup(threads: int | None = None) -> None:
+    """Show the index package's progress lines, and set torch threads."""
     logging.basicConfig(format="%(message)s")
     logging.getLogger("neoembed").setLevel(logging.INFO)
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-    try:
-        yield
-    except (IndexingError, EmbedderError, WordNetError, VectorFileError) as error:
-        err.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
 
 
 def _print_summary(manifest, directory: Path) -> None:
@@ -82,16 +67,16 @@ def build(
     threads: Threads = None,
 ) -> None:
     """Embed a corpus, choose and train a FAISS index, tune it to the target recall, and save it."""
-    with clean_errors(threads):
-        from neoembed.index import build_index
+    setup(threads)
+    from neoembed.index import build_index
 
-        memory = None if memory_gb is None else int(memory_gb * 2**30)
-        manifest = build_index(
-            corpus, out, model=model, factory=factory, target_recall=target_recall, metric=metric,
-            batch_size=batch_size, threads=threads, memory_bytes=memory, tune_queries=tune_queries,
-            id_field=id_field, text_field=text_field,
-        )  # fmt: skip
-        _print_summary(manifest, out)
+    memory = None if memory_gb is None else int(memory_gb * 2**30)
+    manifest = build_index(
+        corpus, out, model=model, factory=factory, target_recall=target_recall, metric=metric,
+        batch_size=batch_size, threads=threads, memory_bytes=memory, tune_queries=tune_queries,
+        id_field=id_field, text_field=text_field,
+    )  # fmt: skip
+    _print_summary(manifest, out)
 
 
 @app.command()
@@ -106,14 +91,14 @@ def add(
     threads: Threads = None,
 ) -> None:
     """Embed and append documents to an index, then re-tune and re-measure it (an interrupted add resumes)."""
-    with clean_errors(threads):
-        from neoembed.index import add_documents
+    setup(threads)
+    from neoembed.index import add_documents
 
-        manifest = add_documents(
-            index, corpus, model=model, batch_size=batch_size, threads=threads, tune_queries=tune_queries,
-            id_field=id_field, text_field=text_field,
-        )  # fmt: skip
-        _print_summary(manifest, index)
+    manifest = add_documents(
+        index, corpus, model=model, batch_size=batch_size, threads=threads, tune_queries=tune_queries,
+        id_field=id_field, text_field=text_field,
+    )  # fmt: skip
+    _print_summary(manifest, index)
 
 
 @app.command()
@@ -130,15 +115,15 @@ def rebuild(
     threads: Threads = None,
 ) -> None:
     """Rebuild the FAISS index from the stored vectors with another factory or target; no re-embedding."""
-    with clean_errors(threads):
-        from neoembed.index import rebuild_index
+    setup(threads)
+    from neoembed.index import rebuild_index
 
-        memory = None if memory_gb is None else int(memory_gb * 2**30)
-        manifest = rebuild_index(
-            index, factory=factory, target_recall=target_recall, threads=threads, memory_bytes=memory,
-            tune_queries=tune_queries,
-        )  # fmt: skip
-        _print_summary(manifest, index)
+    memory = None if memory_gb is None else int(memory_gb * 2**30)
+    manifest = rebuild_index(
+        index, factory=factory, target_recall=target_recall, threads=threads, memory_bytes=memory,
+        tune_queries=tune_queries,
+    )  # fmt: skip
+    _print_summary(manifest, index)
 
 
 @app.command()
@@ -150,7 +135,6 @@ def export(
     ] = "parquet",
 ) -> None:
     """Export ids, texts, metadata and vectors for a vector database (Milvus, Qdrant, ...) to ingest."""
-    with clean_errors():
-        from neoembed.index import export_index
+    from neoembed.index import export_index
 
-        typer.echo(f"wrote {export_index(index, out, format=format)}")
+    typer.echo(f"wrote {export_index(index, out, format=format)}")

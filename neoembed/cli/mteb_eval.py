@@ -9,6 +9,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from neoembed.cli.options import options_from
+from neoembed.errors import InputError
+from neoembed.evaluation.models import EvalSettings
+
 console = Console()
 
 
@@ -25,18 +29,18 @@ def _read_prompts(prompts_file: Path | None, prompt: list[str] | None) -> dict[s
         try:
             loaded = yaml.safe_load(prompts_file.read_text(encoding="utf-8"))  # YAML is a superset of JSON
         except (OSError, yaml.YAMLError) as err:
-            raise typer.BadParameter(f"cannot read {prompts_file}: {err}", param_hint="--prompts") from err
+            raise InputError(f"--prompts: cannot read {prompts_file}: {err}", param="--prompts") from err
         if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
-            raise typer.BadParameter(
-                f"{prompts_file} must map prompt keys (task name, task type, query, document, "
+            raise InputError(
+                f"--prompts: {prompts_file} must map prompt keys (task name, task type, query, document, "
                 "'<task or type>-query') to prompt strings",
-                param_hint="--prompts",
+                param="--prompts",
             )
         prompts.update({str(k): v for k, v in loaded.items()})
     for item in prompt or []:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise typer.BadParameter(f"expected KEY=TEXT, got {item!r}", param_hint="--prompt")
+            raise InputError(f"--prompt: expected KEY=TEXT, got {item!r}", param="--prompt")
         prompts[key] = text
     return prompts
 
@@ -48,10 +52,10 @@ def _validate_prompt_keys(prompts: dict[str, str], tasks) -> None:
     for key in prompts:
         base = key.rsplit("-", 1)[0] if key.endswith(("-query", "-document")) else key
         if base not in names:
-            raise typer.BadParameter(
-                f"prompt key {key!r} is not a selected task name, a task type, 'query' or 'document' "
+            raise InputError(
+                f"--prompt: key {key!r} is not a selected task name, a task type, 'query' or 'document' "
                 "(optionally suffixed with -query / -document)",
-                param_hint="--prompt",
+                param="--prompt",
             )
 
 
@@ -67,7 +71,9 @@ def _print_summary(report, out_dir: Path) -> None:
         console.print(f"hint: {hint}", markup=False)
 
 
+@options_from(EvalSettings, exclude=("prompts",))
 def mteb_eval(
+    settings: EvalSettings,
     model: Annotated[
         list[str],
         typer.Option(
@@ -96,17 +102,6 @@ def mteb_eval(
     output: Annotated[Path, typer.Option("--output", "-o", help="Results cache and summaries.")] = Path(
         "runs/mteb"
     ),
-    max_length: Annotated[
-        int, typer.Option(help="Max tokens per text (capped at the model's positions).")
-    ] = 512,
-    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
-    pooling: Annotated[
-        str, typer.Option(help="Pooling for every embedder: mean (paper), cls, max, lasttoken.")
-    ] = ("mean"),
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
-    normalize: Annotated[
-        bool, typer.Option("--normalize/--no-normalize", help="L2-normalise embeddings.")
-    ] = True,
     prompts_file: Annotated[
         Path | None, typer.Option("--prompts", help="JSON/YAML file: prompt key -> prompt text.")
     ] = None,
@@ -123,35 +118,25 @@ def mteb_eval(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's).")] = None,
 ) -> None:
     """Evaluate models on MTEB tasks under one protocol; cached per model and task, resumable."""
-    from neoembed.evaluation.models import EvalSettings, ModelLoadError
     from neoembed.evaluation.runner import resolve_models, run_evaluation
-    from neoembed.evaluation.tasks import TaskSelectionError, select_tasks, use_local_datasets
+    from neoembed.evaluation.tasks import select_tasks, use_local_datasets
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    try:
-        selected = select_tasks(_split(tasks), benchmark, _split(task_types))
-    except TaskSelectionError as err:
-        raise typer.BadParameter(str(err), param_hint="--tasks/--benchmark/--task-types") from err
+    selected = select_tasks(_split(tasks), benchmark, _split(task_types))
     if datasets_dir is not None:
         if not datasets_dir.is_dir():
-            raise typer.BadParameter(f"{datasets_dir} is not a directory", param_hint="--datasets-dir")
+            raise InputError(f"--datasets-dir: {datasets_dir} is not a directory", param="--datasets-dir")
         local = use_local_datasets(selected, datasets_dir)
         console.print(f"local dataset copies for: {', '.join(local) or 'no selected task'}", markup=False)
     prompts = _read_prompts(prompts_file, prompt)
     _validate_prompt_keys(prompts, selected)
-    try:
-        settings = EvalSettings(max_length, batch_size, pooling, dtype, normalize, prompts)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
-    try:
-        specs = resolve_models(model, settings)
-    except ModelLoadError as err:
-        raise typer.BadParameter(str(err), param_hint="--model") from err
+    settings = EvalSettings.model_validate({**settings.model_dump(), "prompts": prompts})
+    specs = resolve_models(model, settings)
     console.print(
-        f"{len(specs)} model(s) x {len(selected)} task(s); settings: {json.dumps(settings.to_dict())}",
+        f"{len(specs)} model(s) x {len(selected)} task(s); settings: {json.dumps(settings.model_dump())}",
         markup=False,
     )
     report = run_evaluation(specs, selected, settings, output, device=device)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from neoembed.cli.index import Threads, clean_errors
+from neoembed.cli.index import Threads, setup
 
 
 def search(
@@ -25,14 +25,14 @@ def search(
     threads: Threads = None,
 ) -> None:
     """Search an index with text queries: rank, score, id and text of the top-k documents."""
-    with clean_errors(threads):
-        from neoembed.index import load_index
+    setup(threads)
+    from neoembed.index import load_index
 
-        searcher = load_index(index, model=model, threads=threads)
-        for text, hits in zip(query, searcher.search_batch(query, k)):
-            if as_json:
-                typer.echo(json.dumps({"query": text, "hits": [asdict(h) for h in hits]}))
-                continue
-            typer.echo(f"query: {text}")
-            for hit in hits:
-                typer.echo(f"{hit.rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")
+    searcher = load_index(index, model=model, threads=threads)
+    for text, hits in zip(query, searcher.search_batch(query, k)):
+        if as_json:
+            typer.echo(json.dumps({"query": text, "hits": [asdict(h) for h in hits]}))
+            continue
+        typer.echo(f"query: {text}")
+        for hit in hits:
+            typer.echo(f"{hit.rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")

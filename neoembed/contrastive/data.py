@@ -25,6 +25,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 
 from neoembed.data.normalize import text_key
 from neoembed.data.records import RecordsError, load_records
+from neoembed.errors import InputError
 
 REQUIRED_COLUMNS = ("query", "positive", "negatives")
 KEY_COLUMNS = ("query_key", "positive_key", "negative_keys")  # written by the build
@@ -32,7 +33,7 @@ KEY_SUFFIX = "_text_key"
 TEXT_KEYS = "text_keys"  # the batch entry TextKeyCollator adds
 
 
-class ContrastiveDataError(ValueError):
+class ContrastiveDataError(InputError):
     """Records that cannot be trained on; the message names the source, row or file."""
 
 

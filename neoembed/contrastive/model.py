@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from neoembed.embedder import EmbedderError, load_embedder, position_limit, resolve_model_name
+from neoembed.errors import InputError
 
 
-class BaseModelError(ValueError):
+class BaseModelError(InputError):
     """A base model that cannot be fine-tuned as an encoder; the message says why."""
 
 

@@ -19,8 +19,10 @@ import numpy as np
 from sentence_transformers.base.sampler import MultiDatasetDefaultBatchSampler
 from torch.utils.data import ConcatDataset
 
+from neoembed.errors import InputError
 
-class SamplerError(ValueError):
+
+class SamplerError(InputError):
     """A source that cannot fill a batch with distinct texts."""
 
 

@@ -73,6 +73,7 @@ class OptimSettings(StrictSettings):
 class TrainSettings(StrictSettings):
     output_dir: str = "runs/contrastive"
     max_steps: int = Field(default=2000, gt=0)
+    """Optimisation steps."""
     batch_size: int = Field(default=32, gt=0)  # rows per device per micro-step
     grad_accum: int = Field(default=1, gt=0)
     seed: int = 0

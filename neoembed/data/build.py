@@ -22,10 +22,12 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 from tqdm import tqdm
 
 from neoembed.data.manifest import load_manifests
@@ -33,6 +35,9 @@ from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
 from neoembed.data.prepare import FORMAT_VERSION, prepare_source, read_eval_keys, staging_paths
 from neoembed.data.stats import render_markdown
+from neoembed.errors import InputError
+from neoembed.packaged import manifests_dir
+from neoembed.recipes import StrictSettings
 from neoembed.runs import append_jsonl, write_json, write_parquet, write_text
 
 RECORD_SCHEMA = pa.schema(
@@ -48,18 +53,76 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True)
-class BuildConfig:
-    manifests: Path
-    out: Path
-    sources: tuple[str, ...] | None = None  # None: every manifest
+def _parse_shard(value):
+    """`"i/N"` from the command line -> (i, N)."""
+    if not isinstance(value, str):
+        return value
+    index, sep, count = value.partition("/")
+    if not sep or not index.isdigit() or not count.isdigit():
+        raise ValueError(f"expected i/N, got {value!r}")
+    return int(index), int(count)
+
+
+Shard = Annotated[
+    tuple[int, int],
+    BeforeValidator(_parse_shard),
+    PlainSerializer(lambda shard: f"{shard[0]}/{shard[1]}", when_used="json"),
+]
+
+
+class BuildConfig(StrictSettings):
+    """What `build-data` builds; each field is the CLI option of the same name (mining's too)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    manifests: Path = Field(default_factory=manifests_dir)
+    """Directory of source manifests (default: the packaged set)."""
+    out: Path | None = None
+    """Output directory (parquet shards per source, stats.json/md); needed to build."""
+    sources: tuple[str, ...] | None = None
+    """Comma-separated source names, or 'all' (every manifest)."""
     local_data: Path | None = None
+    """Offline copies: DIR/<source> replaces the hub dataset of that source."""
     eval_texts: tuple[Path, ...] = ()
-    max_rows: int | None = None
-    rows_per_shard: int = 100_000
-    shard: tuple[int, int] = (0, 1)
+    """Leakage guard: .txt (a text a line) or .jsonl ('text') files; repeatable."""
+    max_rows: int | None = Field(None, ge=1)
+    """Rows read per source; 0 reads all."""
+    rows_per_shard: int = Field(100_000, ge=1)
+    """Rows per output part."""
+    shard: Shard = (0, 1)
+    """Build only units i, i+N, ... (i/N) on this machine."""
     mine: bool = True
+    """Mine negatives for sources without them."""
     mining: MiningConfig = MiningConfig()
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _source_list(cls, value):
+        if value is None:
+            return None
+        items = [value] if isinstance(value, str) else value
+        names = tuple(name.strip() for item in items for name in item.split(",") if name.strip())
+        return None if names == ("all",) else names
+
+    @field_validator("max_rows", mode="before")
+    @classmethod
+    def _zero_reads_all(cls, value):
+        return None if value == 0 else value
+
+    @field_validator("eval_texts")
+    @classmethod
+    def _files(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        missing = [path for path in paths if not path.is_file()]
+        if missing:
+            raise ValueError(f"not a file: {missing[0]}")
+        return paths
+
+    @field_validator("shard")
+    @classmethod
+    def _shard_in_range(cls, shard: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= shard[0] < shard[1]:
+            raise ValueError(f"expected i/N with 0 <= i < N, got {shard[0]}/{shard[1]}")
+        return shard
 
 
 @dataclass(frozen=True)
@@ -83,6 +146,8 @@ def _sha(*items) -> str:
 
 class Build:
     def __init__(self, config: BuildConfig):
+        if config.out is None:
+            raise InputError("an output directory is needed to build (--out)", param="out")
         self.config = config
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -118,7 +183,7 @@ class Build:
 
     def units(self, staged: dict[str, dict]) -> list[Unit]:
         units, size = [], self.config.rows_per_shard
-        mining = dataclasses.asdict(self.config.mining)
+        mining = self.config.mining.model_dump()
         for name, (manifest, _) in self.manifests.items():
             rows = staged[name]["kept"]
             parts = max(1, -(-rows // size))
@@ -212,7 +277,7 @@ class Build:
             "config": {
                 "max_rows": self.config.max_rows,
                 "rows_per_shard": self.config.rows_per_shard,
-                "mining": dataclasses.asdict(self.config.mining) if self.config.mine else None,
+                "mining": self.config.mining.model_dump() if self.config.mine else None,
                 "eval_texts": [str(p) for p in self.config.eval_texts],
             },
             "sources": sources,

@@ -11,18 +11,21 @@ import hashlib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from neoembed.data.mapping import FieldPath, PathError
-from neoembed.recipes import RecipeError, describe_validation_error, read_yaml_mapping
+from neoembed.errors import InputError
+from neoembed.recipes import RecipeError, StrictSettings, describe_validation_error, read_yaml_mapping
 
 
-class ManifestError(ValueError):
+class ManifestError(InputError):
     """A manifest that is unreadable, ill-typed, or does not fit its dataset; the message names file and field."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(StrictSettings):
+    """Manifest sections: the settings base, read-only once loaded."""
+
+    model_config = ConfigDict(frozen=True)
 
 
 class Mapping(_Strict):

@@ -11,15 +11,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from neoembed.errors import InputError
+
 _SEGMENT = re.compile(r"([A-Za-z_][\w\-]*)((?:\[(?:\d+|\*)\])*)$")
 _INDEX = re.compile(r"\[(\d+|\*)\]")
 
 
-class PathError(ValueError):
+class PathError(InputError):
     """A path that cannot be parsed, or that does not fit a dataset's features."""
 
 
-class RowError(ValueError):
+class RowError(InputError):
     """A row whose value at a path is missing or of the wrong type (the row is malformed, not the manifest)."""
 
 

@@ -13,27 +13,38 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import ConfigDict, Field
 
 from neoembed.embedding_file import embed_to_file
+from neoembed.recipes import StrictSettings
 
 CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
 
 
-@dataclass(frozen=True)
-class MiningConfig:
+class MiningConfig(StrictSettings):
+    """How `build-data` mines hard negatives; each field is the CLI option of the same name."""
+
+    model_config = ConfigDict(frozen=True)
+
     teacher: str = "minilm"
-    num_negatives: int = 3
-    margin: float = 0.95  # drop candidates scoring above margin x the positive's score
-    batch_size: int = 128
-    chunk_rows: int = 16384  # texts encoded between two appends to the embedding file
-    # Nearest neighbours examined per query before the rule and the top-k cut. The rule drops the top of the
-    # list, so this must reach well past k; sentence-transformers' default would be 10 * k + 1.
-    candidates: int = 100
-    dtype: str = (
-        "float32"  # "bfloat16" encodes about 1.8x faster on CPUs with bf16 units (cosines within 0.01)
-    )
+    """Mining teacher: any sentence-transformers model."""
+    num_negatives: int = Field(3, ge=1)
+    """Mined negatives per row (top k)."""
+    margin: float = Field(0.95, ge=0.0, le=1.0)
+    """Drop candidates scoring above margin x the positive's score."""
+    batch_size: int = Field(128, ge=1)
+    """Teacher encoding batch size."""
+    chunk_rows: int = Field(16384, ge=1)
+    """Texts encoded between two appends to the embedding file."""
+    # The rule drops the top of the list, so this must reach well past k; sentence-transformers' default
+    # would be 10 * k + 1.
+    candidates: int = Field(100, ge=1)
+    """Neighbours searched per query, before the margin rule and the top-k cut."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Teacher dtype: bfloat16 encodes about 1.8x faster on CPUs with bf16 units (cosines within 0.01)."""
 
 
 @dataclass

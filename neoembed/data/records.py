@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from neoembed.errors import InputError
 
-class RecordsError(ValueError):
+
+class RecordsError(InputError):
     """A build directory that is missing, unfinished, or lacks a requested source."""
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from neoembed.data.manifest import Manifest, ManifestError, Subset
+from neoembed.errors import InputError
 
 
-class SourceError(RuntimeError):
+class SourceError(InputError):
     """A source that cannot be opened; the message says which source, from where, and what to do."""
 
 

@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from neoembed.errors import RunError
+
 SYSTEM_DIR = Path("/usr/share/wordnet")
 POS_FILES = ("noun", "verb", "adj", "adv")
 HELDOUT_PERCENT = 10
@@ -27,7 +29,7 @@ _ADJ_MARKER = re.compile(r"\((?:a|p|ip)\)$")
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
-class WordNetError(RuntimeError):
+class WordNetError(RunError):
     """WordNet data missing or unreadable; the message says where it looked and what to do."""
 
 

@@ -16,9 +16,11 @@ and prompts (none unless given, as in the paper). The settings that change score
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
 
 from neoembed.embedder import (
     MINILM_ALIASES,
@@ -28,45 +30,39 @@ from neoembed.embedder import (
     position_limit,
     resolve_model_name,
 )
+from neoembed.errors import InputError
+from neoembed.recipes import StrictSettings
 
 BM25_NAMES = ("bm25", "bm25s")
 BM25_MTEB_NAME = "mteb/baseline-bm25s"
-POOLING_MODES = ("mean", "cls", "max", "lasttoken")
-DTYPES = ("float32", "bfloat16", "float16")
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputError):
     """A model name that cannot be evaluated; the message says why."""
 
 
-@dataclass(frozen=True)
-class EvalSettings:
-    """The uniform protocol applied to every embedder (bm25 ignores all but the prompts' absence)."""
+class EvalSettings(StrictSettings):
+    """The uniform protocol applied to every embedder (bm25 ignores all but the prompts' absence); each field
+    but the prompts is the `mteb-eval` option of the same name."""
 
-    max_length: int = 512
-    batch_size: int = 32
-    pooling: str = "mean"
-    dtype: str = "float32"
+    model_config = ConfigDict(frozen=True)
+
+    max_length: int = Field(512, ge=1)
+    """Max tokens per text (capped at the model's positions)."""
+    batch_size: int = Field(32, ge=1)
+    """Encoding batch size."""
+    pooling: Literal["mean", "cls", "max", "lasttoken"] = "mean"
+    """Pooling for every embedder (the paper's: mean)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype."""
     normalize: bool = True
-    # mteb prompt keys: a task name, a task type, "query"/"document", or "<task or type>-<query|document>".
-    prompts: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.pooling not in POOLING_MODES:
-            raise ValueError(f"pooling must be one of {', '.join(POOLING_MODES)}, got {self.pooling!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    """L2-normalise embeddings."""
+    prompts: dict[str, str] = Field(default_factory=dict)
+    """mteb prompt keys: a task name, a task type, "query"/"document", or "<task or type>-<query|document>"."""
 
     def scoring_settings(self) -> dict[str, Any]:
         """The settings that can change scores (all but batch size): the cache namespace of a run."""
-        return {k: v for k, v in self.to_dict().items() if k != "batch_size"}
+        return self.model_dump(exclude={"batch_size"})
 
     def encode_kwargs(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "show_progress_bar": False}

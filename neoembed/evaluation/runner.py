@@ -177,7 +177,7 @@ def _write_settings(
     from importlib.metadata import version
 
     record = {
-        "settings": settings.to_dict(),
+        "settings": settings.model_dump(),
         "models": [
             {
                 "label": s.label,

@@ -18,13 +18,14 @@ from mteb import AbsTask
 from mteb.abstasks.aggregated_task import AbsTaskAggregate
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 
+from neoembed.errors import InputError
 from neoembed.evaluation.local_tasks import LOCAL_TASKS
 
 LOCAL_BENCHMARK = "neoembed-local"
 DEFAULT_BENCHMARK = "MTEB(eng, v1)"
 
 
-class TaskSelectionError(ValueError):
+class TaskSelectionError(InputError):
     """An unknown task, task type or benchmark name; the message lists the closest valid names."""
 
 

@@ -136,8 +136,9 @@ def _tune_and_commit(
     index_file = f"index-{n}-{int(time.time() * 1000)}.faiss"  # a new name on every write
     faiss.write_index(index, str(out / index_file))
     tuning = Tuning(
-        target, len(rows), chosen.recall_at_10, chosen.qps_batch, chosen.qps_single, exact_qps, threads, curve
-    )
+        target_recall=target, queries=len(rows), recall_at_10=chosen.recall_at_10, qps_batch=chosen.qps_batch,
+        qps_single=chosen.qps_single, exact_qps_batch=exact_qps, threads=threads, curve=curve,
+    )  # fmt: skip
     previous = manifest_fields.pop("previous_index_file", None)
     manifest = Manifest(
         **manifest_fields,

@@ -1,7 +1,9 @@
 """Errors of the index package: each message names the file, field, row or setting at fault."""
 
+from neoembed.errors import InputError
 
-class IndexingError(ValueError):
+
+class IndexingError(InputError):
     """Base class: bad input or an index directory that cannot be used as asked."""
 
 

@@ -8,7 +8,6 @@ Milvus bulk-inserts such files directly; Qdrant and others read them with their 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,7 +37,7 @@ def export_index(index_dir: str | Path, out: str | Path, *, format: str = "parqu
             ("metadata", pa.string()),
             ("vector", pa.list_(pa.float32(), manifest.dimension)),
         ],
-        metadata={"neoembed.manifest": json.dumps(asdict(manifest))},
+        metadata={"neoembed.manifest": manifest.model_dump_json()},
     )
     store = DocStore(directory / STORE_FILE, readonly=True)
     out.parent.mkdir(parents=True, exist_ok=True)

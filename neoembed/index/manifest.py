@@ -12,10 +12,12 @@ An index directory contains:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pydantic import Field, ValidationError
+
 from neoembed.index.errors import IndexingError
+from neoembed.recipes import StrictSettings, describe_validation_error
 from neoembed.runs import append_jsonl, write_json
 
 FORMAT_VERSION = 1
@@ -26,8 +28,7 @@ LOG_FILE = "build_log.jsonl"
 METRICS = ("cosine", "ip", "l2")
 
 
-@dataclass
-class Tuning:
+class Tuning(StrictSettings):
     """How the search parameter was chosen, and what the chosen setting measured on held-out queries."""
 
     target_recall: float
@@ -37,11 +38,10 @@ class Tuning:
     qps_single: float  # one query per call, on one thread
     exact_qps_batch: float  # exact search (brute force) over the same vectors, same queries
     threads: int  # faiss threads for batch search and exact search
-    curve: list[dict] = field(default_factory=list)  # every setting tried: value, recall_at_10, QPS
+    curve: list[dict] = Field(default_factory=list)  # every setting tried: value, recall_at_10, QPS
 
 
-@dataclass
-class Manifest:
+class Manifest(StrictSettings):
     model: str
     model_fingerprint: str
     dimension: int
@@ -58,7 +58,7 @@ class Manifest:
 
     def save(self, directory: Path) -> None:
         """Write atomically: a crash leaves the previous manifest in place."""
-        write_json(Path(directory) / MANIFEST_FILE, asdict(self))
+        write_json(Path(directory) / MANIFEST_FILE, self.model_dump(mode="json"))
 
     @classmethod
     def load(cls, directory: Path) -> Manifest:
@@ -67,14 +67,17 @@ class Manifest:
             raise IndexingError(f"{directory} is not an index directory: {MANIFEST_FILE} is missing")
         try:
             data = json.loads(path.read_text())
-            if data.get("format_version") != FORMAT_VERSION:
-                raise IndexingError(
-                    f"{path}: format_version {data.get('format_version')!r}, expected {FORMAT_VERSION}"
-                )
-            data["tuning"] = Tuning(**data["tuning"])
-            return cls(**data)
-        except (json.JSONDecodeError, TypeError, KeyError) as err:
+        except json.JSONDecodeError as err:
             raise IndexingError(f"{path}: not a valid neoembed index manifest ({err})") from err
+        if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
+            found = data.get("format_version") if isinstance(data, dict) else None
+            raise IndexingError(f"{path}: format_version {found!r}, expected {FORMAT_VERSION}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise IndexingError(
+                f"{path}: not a valid neoembed index manifest ({describe_validation_error(err)})"
+            ) from None
 
 
 def append_log(directory: Path, record: dict) -> None:

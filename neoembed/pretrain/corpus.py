@@ -12,6 +12,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+from neoembed.errors import InputError
 from neoembed.pretrain.settings import CorpusSettings
 
 log = logging.getLogger("neoembed.pretrain")
@@ -19,7 +20,7 @@ log = logging.getLogger("neoembed.pretrain")
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
-class CorpusError(ValueError):
+class PretrainCorpusError(InputError):
     """The corpus cannot be read as configured; the message names the file, column or setting."""
 
 
@@ -28,14 +29,18 @@ def expand_files(patterns: list[str]) -> list[str]:
     for pattern in patterns:
         matches = sorted(glob.glob(pattern, recursive=True))
         if not matches:
-            raise CorpusError(f"corpus.files: {pattern!r} matches no file")
+            raise PretrainCorpusError(f"corpus.files: {pattern!r} matches no file")
         files += matches
     suffixes = {Path(f).suffix for f in files}
     unknown = suffixes - set(BUILDERS)
     if unknown:
-        raise CorpusError(f"corpus.files: unsupported file type(s) {sorted(unknown)}; use {sorted(BUILDERS)}")
+        raise PretrainCorpusError(
+            f"corpus.files: unsupported file type(s) {sorted(unknown)}; use {sorted(BUILDERS)}"
+        )
     if len({BUILDERS[s] for s in suffixes}) > 1:
-        raise CorpusError(f"corpus.files: mix of file types {sorted(suffixes)}; give one type per corpus")
+        raise PretrainCorpusError(
+            f"corpus.files: mix of file types {sorted(suffixes)}; give one type per corpus"
+        )
     return files
 
 
@@ -63,10 +68,10 @@ def _load_raw(corpus: CorpusSettings):
         except datasets.exceptions.DatasetGenerationError as err:
             cause = err.__cause__ or err
             if isinstance(cause, UnicodeDecodeError):
-                raise CorpusError(
+                raise PretrainCorpusError(
                     f"corpus.files: a file is not UTF-8 text ({cause}); files: {files}"
                 ) from err
-            raise CorpusError(f"corpus.files: cannot parse {files} as {builder}: {cause}") from err
+            raise PretrainCorpusError(f"corpus.files: cannot parse {files} as {builder}: {cause}") from err
     try:
         if corpus.streaming:
             stream = datasets.load_dataset(
@@ -78,7 +83,7 @@ def _load_raw(corpus: CorpusSettings):
             corpus.dataset, corpus.config, split=corpus.split, revision=corpus.revision
         )
     except (OSError, ValueError, ConnectionError) as err:
-        raise CorpusError(f"corpus.dataset: cannot load {corpus.dataset!r}: {err}") from err
+        raise PretrainCorpusError(f"corpus.dataset: cannot load {corpus.dataset!r}: {err}") from err
 
 
 def _is_heldout(text: str, fraction: float) -> bool:
@@ -100,7 +105,7 @@ def load_corpus(corpus: CorpusSettings):
     else:
         raw = _load_raw(corpus)
         if corpus.text_column not in raw.column_names:
-            raise CorpusError(
+            raise PretrainCorpusError(
                 f"corpus.text_column: no column {corpus.text_column!r}; the corpus has {raw.column_names}"
             )
         raw = raw.select_columns([corpus.text_column])
@@ -116,5 +121,5 @@ def load_corpus(corpus: CorpusSettings):
     if corpus.max_documents is not None and len(train) > corpus.max_documents:
         train = train.select(range(corpus.max_documents))
     if len(train) == 0:
-        raise CorpusError("the corpus has no non-empty training documents")
+        raise PretrainCorpusError("the corpus has no non-empty training documents")
     return train, heldout

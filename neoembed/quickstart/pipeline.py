@@ -3,7 +3,7 @@
 Every step runs the same `neoembed` command a user would type, under one run directory:
 
 1. `build-data`   WordNet training pairs with hard negatives mined by all-MiniLM-L6-v2
-2. `pretrain`     a small NeoBERT, masked language modelling on WordNet text (recipes/pretrain-cpu.yaml)
+2. `pretrain`     a small NeoBERT, masked language modelling on WordNet text (the packaged pretrain-cpu recipe)
 3. `contrastive`  that NeoBERT fine-tuned with InfoNCE into `neobert-embed`
 4. `contrastive`  all-MiniLM-L6-v2 fine-tuned the same way into `minilm-embed`
 5. `mteb-eval`    base and fine-tuned models and bm25 on the held-out WordNet tasks, one table
@@ -28,7 +28,6 @@ from neoembed.quickstart.examples import LOAD_SNIPPET, search_queries, write_glo
 from neoembed.quickstart.steps import Step, command_line, printed_lines, run_command, run_steps
 from neoembed.quickstart.summary import format_searches, write_summary
 
-REPO = Path(__file__).resolve().parents[2]
 LOCAL_TASKS = (
     "WordNetExampleDefinitionRetrieval",
     "WordNetDefinitionRetrieval",
@@ -121,7 +120,7 @@ class Quickstart:
 
     def pretrain(self, run_dir: Path) -> dict:
         out = run_dir / "pretrain"
-        args = ["pretrain", "--recipe", REPO / "recipes" / "pretrain-cpu.yaml", "--train.output_dir", out]
+        args = ["pretrain", "--recipe", "pretrain-cpu", "--train.output_dir", out]
         args += ["--train.threads", self.threads]
         if self.sizes.pretrain_steps:
             steps = self.sizes.pretrain_steps
@@ -148,7 +147,7 @@ class Quickstart:
     def _fine_tune(self, name: str, base, steps: int, extra: list) -> dict:
         out = self.run_dir / "contrastive" / name
         save_every = max(1, steps // 2)
-        args = ["contrastive", "--recipe", REPO / "recipes" / "contrastive-cpu.yaml", "--steps", steps]
+        args = ["contrastive", "--recipe", "contrastive-cpu", "--steps", steps]
         args += ["--model.base", base, "--data.path", self.run_dir / "data", "--train.output_dir", out]
         args += ["--export.path", self.run_dir / name, "--train.threads", self.threads]
         args += ["--train.batch_size", self.sizes.batch_size]

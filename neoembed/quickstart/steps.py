@@ -20,6 +20,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from neoembed.errors import RunError
+
 PROGRESS_BAR = re.compile(r"\d+%\|")  # tqdm's "42%|████" (rich bars print to a terminal only)
 
 
@@ -30,11 +32,11 @@ class Step:
     run: Callable[[Path], dict]  # takes the run directory, returns a small JSON-able result
 
 
-class StepFailed(RuntimeError):
+class StepFailed(RunError):
     """A step raised; the message names the step, and finished steps stay finished."""
 
 
-class CommandFailed(RuntimeError):
+class CommandFailed(RunError):
     """A command exited with a non-zero status; the message quotes its last line of output."""
 
 
@@ -123,7 +125,9 @@ def run_steps(steps: list[Step], run_dir: Path, console: Console | None = None) 
         try:
             result = step.run(run_dir)
         except Exception as err:
-            raise StepFailed(f"step {number} ({step.name}) failed: {err}") from err
+            raise StepFailed(
+                f"step {number} ({step.name}) failed: {err}. Fix the cause and re-run: finished steps are kept"
+            ) from err
         seconds = time.perf_counter() - start
         record = {"seconds": round(seconds, 1), "result": result}
         marker.write_text(json.dumps(record, indent=2))

@@ -60,7 +60,7 @@ def _sections(results: dict) -> list[tuple[str, list[str]]]:
         (
             "neobert-embed",
             [
-                "Both fine-tuned with the same recipe (`recipes/contrastive-cpu.yaml`); scored on held-out "
+                "Both fine-tuned with the same recipe (`contrastive-cpu`); scored on held-out "
                 "WordNet example sentence -> definition retrieval before and after:",
                 "",
                 *_fine_tuning_table(results),

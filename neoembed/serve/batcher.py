@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from neoembed.errors import RunError
 from neoembed.serve.backend import BackendGone
 from neoembed.serve.metrics import Metrics
 
@@ -34,11 +35,11 @@ log = logging.getLogger("neoembed.serve")
 WINDOW_BATCHES = 4
 
 
-class QueueFullError(RuntimeError):
+class QueueFullError(RunError):
     """The queue cannot take the request's inputs now (answered with 429)."""
 
 
-class ShuttingDownError(RuntimeError):
+class ShuttingDownError(RunError):
     """The server is draining for shutdown and takes no new work (answered with 503)."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from neoembed.errors import InputError
 from neoembed.index import load_index
 
 
@@ -21,11 +22,12 @@ class ServedIndex:
         manifest = self._index.manifest
         if fingerprint != manifest.model_fingerprint:
             self._index.close()
-            raise ValueError(
+            raise InputError(
                 f"--index {directory} was built with {manifest.model!r} (fingerprint "
                 f"{manifest.model_fingerprint}), not with the served model (fingerprint {fingerprint}); "
                 "its vectors are not comparable with this model's queries. Serve that model, or rebuild "
-                "the index with this one"
+                "the index with this one",
+                param="--index",
             )
         self.info = {
             "directory": str(directory),

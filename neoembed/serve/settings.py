@@ -1,17 +1,20 @@
-"""Server settings: one typed dataclass that the CLI fills and `create_app` reads."""
+"""Server settings: one typed model that `neoembed serve` binds its options to and `create_app` reads."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from neoembed.recipes import StrictSettings
 
 # OpenAI's limit on the number of inputs in one embeddings request.
 OPENAI_MAX_INPUTS = 2048
 # Token budget of one batch on CPU when the flag is not given: large enough to amortise per-call overhead,
 # small enough that a short request waiting behind a batch waits well under a second for MiniLM.
 DEFAULT_BATCH_TOKENS = 4096
-DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def default_threads() -> int:
@@ -19,43 +22,46 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
-class ServeSettings:
-    """Everything `neoembed serve` can be told; each field is one CLI flag of the same name."""
+class ServeSettings(StrictSettings):
+    """Everything `neoembed serve` can be told; each field is the CLI option of the same name."""
+
+    model_config = ConfigDict(frozen=True)
 
     model: str = "minilm"
-    served_model_name: str | None = None  # the `model` reported to clients; defaults to the model's name
+    """Embedder: directory, hub id, or 'minilm'."""
+    served_model_name: str | None = None
+    """Model name reported to clients (default: the model's name)."""
     index: Path | None = None
+    """Index directory to serve on POST /search (built with this model)."""
     host: str = "127.0.0.1"
-    port: int = 8000
+    """Address to bind; 0.0.0.0 to accept remote clients."""
+    port: int = Field(8000, ge=0, le=65535)
+    """Port to bind."""
     api_key: str | None = None
-    truncate: bool = False  # False: inputs over the max length are rejected with 400
-    max_input_length: int | None = None  # tokens; defaults to the model's max_seq_length
-    max_batch_tokens: int | None = None  # padded tokens per batch; defaults to max(4096, max length)
-    max_queue_items: int = 16384  # inputs waiting for a batch before new requests get 429
-    max_client_batch_size: int = OPENAI_MAX_INPUTS  # inputs per request
-    max_body_bytes: int = 16 * 1024 * 1024
-    threads: int | None = None  # torch intra-op threads; defaults to the usable CPU cores
+    """Require 'Authorization: Bearer KEY' (all but /health, /metrics)."""
+    truncate: bool = False
+    """Truncate over-long inputs instead of refusing them with 400."""
+    max_input_length: int | None = Field(None, ge=1)
+    """Max tokens per input (default: the model's max_seq_length)."""
+    max_batch_tokens: int | None = Field(None, ge=1)
+    """Padded tokens per batch (default: max(4096, max input length))."""
+    max_queue_items: int = Field(16384, ge=1)
+    """Queued inputs before requests get 429."""
+    max_client_batch_size: int = Field(OPENAI_MAX_INPUTS, ge=1)
+    """Inputs per request."""
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1)
+    """Largest request body; larger gets 413."""
+    threads: int | None = Field(None, ge=1)
+    """torch CPU threads (default: usable cores)."""
     device: str | None = None
-    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 (or float16) on GPU
+    """torch device, e.g. cpu or cuda:0 (default: auto)."""
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """auto (float32 on CPU, bfloat16 or float16 on GPU), float32, float16 or bfloat16."""
     log_level: str = "info"
+    """uvicorn and server log level."""
 
-    def __post_init__(self) -> None:
-        positive = {
-            "max_queue_items": self.max_queue_items,
-            "max_client_batch_size": self.max_client_batch_size,
-            "max_body_bytes": self.max_body_bytes,
-            "max_input_length": self.max_input_length,
-            "max_batch_tokens": self.max_batch_tokens,
-            "threads": self.threads,
-        }
-        for name, value in positive.items():
-            if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"--port must be in 0..65535, got {self.port}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeSettings:
         if self.max_queue_items < self.max_client_batch_size:
             raise ValueError(
                 f"--max-queue-items ({self.max_queue_items}) must be at least --max-client-batch-size "
@@ -65,3 +71,4 @@ class ServeSettings:
             raise ValueError("--api-key must not be empty")
         if self.index is not None and not Path(self.index).is_dir():
             raise ValueError(f"--index {self.index}: no such directory")
+        return self

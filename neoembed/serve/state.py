@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
+from neoembed.errors import InputError
 from neoembed.serve.backend import InferenceProcess
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
 from neoembed.serve.errors import APIError
@@ -85,9 +86,10 @@ def build_state(settings: ServeSettings) -> ServerState:
         model = backend.info
         budget = settings.max_batch_tokens or max(DEFAULT_BATCH_TOKENS, model.max_length)
         if budget < model.max_length:
-            raise ValueError(
+            raise InputError(
                 f"--max-batch-tokens ({budget}) must be at least the max input length ({model.max_length} "
-                "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length"
+                "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length",
+                param="--max-batch-tokens",
             )
         index = (
             ServedIndex(Path(settings.index), model.fingerprint, threads=settings.threads)

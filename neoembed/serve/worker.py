@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from neoembed.errors import InputError
 from neoembed.serve.settings import ServeSettings, default_threads
 
 
@@ -59,7 +60,7 @@ def default_prompt(model) -> str | None:
     prompt = model.prompts.get(model.default_prompt_name) if model.default_prompt_name else None
     if prompt and any(getattr(module, "include_prompt", True) is False for module in model):
         # encode would also tell the pooling where the prompt ends; the server embeds prompt and text alike.
-        raise ValueError(
+        raise InputError(
             f"{model.default_prompt_name!r} is a default prompt excluded from pooling (include_prompt=False), "
             "which the server does not support; serve a copy of the model without a default_prompt_name"
         )

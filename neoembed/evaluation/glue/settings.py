@@ -46,6 +46,7 @@ class Transfer(StrictSettings):
     """Small tasks start from the best MNLI checkpoint (the backbone and dense layer; a new classifier)."""
 
     enabled: bool = True
+    """Start the small tasks from the best MNLI run."""
     tasks: list[str] = ["rte", "mrpc", "stsb"]
 
     @field_validator("tasks")
@@ -65,25 +66,36 @@ class GlueSettings(StrictSettings):
     tasks: list[str] = list(PAPER_TASKS)  # what `--task all` runs
     # The single point used without --grid.
     batch_size: PositiveInt = 32
+    """Batch size without --grid."""
     learning_rate: PositiveFloat = 2e-5
+    """Learning rate without --grid."""
     weight_decay: NonNegativeFloat = 1e-2
+    """Weight decay without --grid."""
     grid: Grid = Grid()
     transfer: Transfer = Transfer()
     max_epochs: PositiveFloat = 10
-    early_stopping_patience: PositiveInt = 2  # evaluations without improvement (unverified in the paper)
+    """Max epochs (early stopping may end sooner)."""
+    early_stopping_patience: PositiveInt = 2
+    """Evaluations without improvement before stopping (unverified in the paper)."""
     warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.06
     adam_beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
     adam_beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
     adam_epsilon: PositiveFloat = 1e-8
     max_grad_norm: PositiveFloat = 1.0
-    max_length: PositiveInt = 128  # tokens per (pair of) sentence(s) (unverified in the paper)
+    max_length: PositiveInt = 128
+    """Max tokens per example, a sentence or a pair (unverified in the paper)."""
     eval_batch_size: PositiveInt = 64
-    eval_steps: PositiveInt | None = None  # evaluate (and early-stop) every N steps; None: once per epoch
+    eval_steps: PositiveInt | None = None
+    """Evaluate (and early-stop) every N steps (default: once per epoch)."""
     logging_steps: PositiveInt = 50
-    max_train_samples: PositiveInt | None = None  # for quick runs: a seeded sample of N training rows
+    max_train_samples: PositiveInt | None = None
+    """Train on a seeded sample of N rows (for quick runs)."""
     max_eval_samples: PositiveInt | None = None
+    """Evaluate on a seeded sample of N rows."""
     bf16: bool = False
+    """bf16 mixed precision."""
     seed: int = 0
+    """Training and sampling seed."""
 
     @field_validator("tasks")
     @classmethod

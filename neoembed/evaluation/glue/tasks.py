@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from neoembed.errors import InputError
 
-class GlueError(ValueError):
+
+class GlueError(InputError):
     """Bad input to the GLUE harness (task, data, model or recipe); the message names what and where."""
 
 

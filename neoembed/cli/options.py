@@ -1,0 +1,263 @@
+"""CLI options bound to typed settings, so each default, bound and help text is written once: on the model.
+
+Two decorators turn a command `def verb(settings: SomeSettings, ...)` into a typer command:
+
+- `options_from(SomeSettings)`: one option per field (nested sections flattened to their leaf names), with the
+  field's docstring as help, its default shown, its bounds printed; the values given are validated into the
+  settings, and a bad value is an `InputError` naming the flag.
+- `recipe_options(SomeSettings)`: `--recipe NAME|FILE` (a packaged name or a YAML path), any number of
+  `--section.field value` overrides, and optional shortcut flags bound to recipe fields (`--steps` ->
+  `train.max_steps`); shortcut and override values win over the recipe file.
+
+typer reads a command's options from its signature, so the decorators hand it a generated `__signature__`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import annotated_types
+import typer
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+
+from neoembed.errors import InputError
+from neoembed.packaged import recipe_names, resolve_recipe
+from neoembed.recipes import apply_overrides, describe_validation_error, load_recipe, parse_overrides
+
+# Verbs that take `--section.field value` recipe overrides beyond their declared options.
+RECIPE_OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+_SIMPLE_TYPES = (bool, int, float, str, Path)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one settings field appears on the command line: its option names, and where its value goes."""
+
+    field: str  # dotted path into the settings, e.g. "mining.dtype"
+    names: tuple[str, ...] = ()  # e.g. ("--teacher-dtype",); default: --leaf-name
+    envvar: str | None = None
+
+    @property
+    def option(self) -> str:
+        return self.names[0] if self.names else "--" + self.field.rsplit(".", 1)[-1].replace("_", "-")
+
+    @property
+    def python_name(self) -> str:
+        return self.field.replace(".", "__")
+
+
+def options_from(
+    settings_cls: type[BaseModel],
+    *,
+    flags: typing.Sequence[Flag] = (),
+    exclude: typing.Collection[str] = (),
+    cli_defaults: dict[str, Any] | None = None,
+):
+    """Give the command one option per leaf field of `settings_cls` (minus `exclude`, dotted paths).
+
+    `flags` renames options or adds short names and environment variables; `cli_defaults` sets a default
+    that the command line uses where the library's differs (shown in the help, validated like any value)."""
+    custom = {flag.field: flag for flag in flags}
+    bound = [custom.get(path, Flag(path)) for path in _leaf_fields(settings_cls) if path not in exclude]
+    _check_unique(bound)
+    cli_defaults = cli_defaults or {}
+
+    def decorate(command):
+        options = []
+        for flag in bound:
+            field = _field(settings_cls, flag.field)
+            options.append(_option(flag, field, cli_defaults.get(flag.field, _cli_default(field))))
+
+        def build(values: dict[str, Any]) -> BaseModel:
+            given = {f.field: values.pop(f.python_name) for f in bound}
+            # An option left at None leaves the field to the settings' own default.
+            given = {path: value for path, value in given.items() if value is not None}
+            return validate_options(settings_cls, apply_overrides({}, given), bound)
+
+        return _wrap(command, options, build)
+
+    return decorate
+
+
+def recipe_options(
+    settings_cls: type[BaseModel],
+    *,
+    default_recipe: str | None = None,
+    shortcuts: typing.Sequence[Flag] = (),
+):
+    """Give the command `--recipe`, `--section.field value` overrides and shortcut flags for recipe fields.
+
+    Register the command with `context_settings=RECIPE_OVERRIDES` so the overrides reach it."""
+
+    def decorate(command):
+        required = default_recipe is None
+        recipe = inspect.Parameter(
+            "recipe",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=... if required else default_recipe,
+            annotation=Annotated[
+                str,
+                typer.Option(
+                    "--recipe",
+                    help="A recipe: a packaged name (" + ", ".join(recipe_names()) + ") or a YAML file.",
+                    show_default=not required,
+                ),
+            ],
+        )
+        context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        # Shortcuts default to None: unset, the recipe's value stands.
+        options = [_option(flag, _field(settings_cls, flag.field)) for flag in shortcuts]
+
+        def build(values: dict[str, Any]) -> BaseModel:
+            given = {f.field: values.pop(f.python_name) for f in shortcuts}
+            overrides = {path: value for path, value in given.items() if value is not None}
+            overrides.update(parse_overrides(values.pop("ctx").args))
+            return load_recipe(resolve_recipe(values.pop("recipe")), settings_cls, overrides)
+
+        return _wrap(command, [context, recipe, *options], build)
+
+    return decorate
+
+
+def validate_options(settings_cls: type[BaseModel], data: dict, flags: typing.Sequence[Flag]) -> BaseModel:
+    """`settings_cls` from option values; a validation error names the flag of each bad field."""
+    option_of = {tuple(flag.field.split(".")): flag.option for flag in flags}
+    try:
+        return settings_cls.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]["loc"]
+        raise InputError(
+            describe_validation_error(err, label=lambda loc: option_of.get(tuple(loc))),
+            param=option_of.get(tuple(first)),
+        ) from None
+
+
+# Signature generation ------------------------------------------------------------------------------------
+
+
+def _wrap(command, options: list[inspect.Parameter], build) -> typing.Callable:
+    """`command(settings, **rest)` behind a function whose signature is its other parameters plus `options`."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "settings"]
+
+    @functools.wraps(command)
+    def run(**values):
+        settings = build(values)
+        return command(settings, **values)
+
+    run.__signature__ = inspect.Signature([*own, *options])
+    run.__annotations__ = {}  # typer takes each option's type from the signature above
+    return run
+
+
+def _option(flag: Flag, field: FieldInfo, default: Any = None) -> inspect.Parameter:
+    """The typer parameter for one field: its type, help (docstring and bounds) and default."""
+    cli_type = _cli_type(field.annotation)
+    help_text = " ".join(
+        part for part in (field.description, _choices_text(field), _bounds_text(field)) if part
+    )
+    if cli_type is bool:
+        names = flag.names or (f"{flag.option}/--no-{flag.option[2:]}",)
+    else:
+        names = (flag.option, *flag.names[1:])
+    option = typer.Option(*names, help=help_text, envvar=flag.envvar, show_default=default is not None)
+    return inspect.Parameter(
+        flag.python_name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=Annotated[typing.Optional[cli_type], option],  # noqa: UP045 (a type built at run time)
+    )
+
+
+def _cli_default(field: FieldInfo) -> Any:
+    """The field's default as the command line writes it; None where the settings compute it."""
+    if field.default_factory is not None or field.default is None:
+        return None
+    # The field's metadata holds its serializer, e.g. a shard (0, 1) written "0/1".
+    annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    value = TypeAdapter(annotation).dump_python(field.default, mode="json")
+    return None if value in ([], "") else value
+
+
+def _cli_type(annotation) -> Any:
+    """The type typer parses for a field. Types typer cannot parse (fixed-length tuples, mappings, custom
+    types) are read as text, which the settings' validators parse."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0] if len(args) == 1 else str
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if annotation in _SIMPLE_TYPES:
+        return annotation
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    repeatable = (origin is list and len(args) == 1) or (origin is tuple and args[1:] == (Ellipsis,))
+    return list[args[0]] if repeatable and args[0] in _SIMPLE_TYPES else str
+
+
+def _choices_text(field: FieldInfo) -> str | None:
+    """`One of: a, b, c.` for a Literal field. The option itself is text, so a bad choice is reported by the
+    settings' validation like any other bad value."""
+    for annotation in (field.annotation, *typing.get_args(field.annotation)):
+        if typing.get_origin(annotation) is Literal:
+            return "One of: " + ", ".join(map(str, typing.get_args(annotation))) + "."
+    return None
+
+
+def _bounds_text(field: FieldInfo) -> str | None:
+    """`[1<=x]`-style bounds from the field's constraints (also those inside `X | None`)."""
+    lower = upper = ""
+    for item in _constraints(field):
+        if isinstance(item, annotated_types.Ge):
+            lower = f"{item.ge}<="
+        elif isinstance(item, annotated_types.Gt):
+            lower = f"{item.gt}<"
+        elif isinstance(item, annotated_types.Le):
+            upper = f"<={item.le}"
+        elif isinstance(item, annotated_types.Lt):
+            upper = f"<{item.lt}"
+    return f"[{lower}x{upper}]" if lower or upper else None
+
+
+def _constraints(field: FieldInfo) -> list:
+    found = list(field.metadata)
+    for arg in typing.get_args(field.annotation):
+        if typing.get_origin(arg) is Annotated:
+            for meta in typing.get_args(arg)[1:]:
+                found.extend(meta.metadata if isinstance(meta, FieldInfo) else [meta])
+    return found
+
+
+# Settings introspection ----------------------------------------------------------------------------------
+
+
+def _leaf_fields(settings_cls: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, field in settings_cls.model_fields.items():
+        section = field.annotation if isinstance(field.annotation, type) else None
+        if section is not None and issubclass(section, BaseModel):
+            paths.extend(_leaf_fields(section, f"{prefix}{name}."))
+        else:
+            paths.append(prefix + name)
+    return paths
+
+
+def _field(settings_cls: type[BaseModel], dotted: str) -> FieldInfo:
+    *sections, leaf = dotted.split(".")
+    for section in sections:
+        settings_cls = settings_cls.model_fields[section].annotation
+    return settings_cls.model_fields[leaf]
+
+
+def _check_unique(flags: list[Flag]) -> None:
+    seen: dict[str, str] = {}
+    for flag in flags:
+        if flag.option in seen:
+            raise TypeError(f"fields {seen[flag.option]} and {flag.field} both map to {flag.option}")
+        seen[flag.option] = flag.field

@@ -1,0 +1,52 @@
+"""Recipes and data manifests shipped with the package, readable by name from any install.
+
+The files live at the repository's top level (`recipes/`, `data_manifests/`). This package holds a symlink to
+each folder, so the same `importlib.resources` lookup finds them in a source checkout (PYTHONPATH), an
+editable install, and a built wheel, where setuptools copies the files the links point to (package-data in
+pyproject.toml). Nothing here locates files relative to the source tree.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from neoembed.errors import InputError
+
+
+def _folder(name: str) -> Path:
+    # A wheel installs as a directory, so the resource is a real path that readers can glob and open.
+    return Path(resources.files(__name__).joinpath(name))
+
+
+def recipes_dir() -> Path:
+    """The packaged recipes: the paper's settings and small CPU ones."""
+    return _folder("recipes")
+
+
+def manifests_dir() -> Path:
+    """The packaged data manifests: one YAML per contrastive source."""
+    return _folder("data_manifests")
+
+
+def recipe_names() -> list[str]:
+    return sorted(path.stem for path in recipes_dir().glob("*.yaml"))
+
+
+def resolve_recipe(value: str | Path) -> Path:
+    """A recipe file: `value` itself when it exists, else the packaged recipe it names.
+
+    A name is given bare (`pretrain-cpu`), with its suffix, or as the docs write it (`recipes/pretrain-cpu.yaml`),
+    so the documented commands work from any directory."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    if path.parent in (Path("."), Path("recipes")):
+        packaged = recipes_dir() / f"{path.name.removesuffix('.yaml')}.yaml"
+        if packaged.is_file():
+            return packaged
+    raise InputError(
+        f"recipe {str(value)!r} is neither a file nor a packaged recipe; packaged recipes: "
+        + ", ".join(recipe_names()),
+        param="--recipe",
+    )
