@@ -63,7 +63,7 @@ def test_bf16_on_a_gpu_without_it_and_unknown_names_are_input_errors(monkeypatch
 def test_serving_casts_through_the_resolver():
     from types import SimpleNamespace
 
-    from neoembed.serve.backend import to_serving_dtype
+    from neoembed.serve.worker import to_serving_dtype
 
     model = torch.nn.Linear(2, 2)
     model.device = torch.device("cpu")

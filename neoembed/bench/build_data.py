@@ -3,7 +3,7 @@
 Part 1 stages 1M synthetic rows (with planted duplicates, empties and short rows) through the real stage-1
 code in a child process, so its peak RSS is the child's alone. Part 2 mines hard negatives for WordNet rows
 with the packaged MiniLM teacher for each teacher dtype, splitting the time into encoding, FAISS search and
-the rule/selection. Targets (issue 4): 1M rows in under 120 s with peak RSS under 4 GiB.
+the rule/selection. Goals: 1M rows in under 120 s with peak RSS under 4 GiB.
 """
 
 from __future__ import annotations
