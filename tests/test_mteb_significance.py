@@ -94,7 +94,7 @@ def test_results_load_with_mtebs_result_cache(run):
 
     out, specs, _ = run
     results = ResultCache(out).load_results(models=[s.meta for s in specs], load_experiments="match_kwargs")
-    loaded = {(r.model_name, r.task_name) for m in results.model_results for r in m.task_results}
+    loaded = {(m.model_name, r.task_name) for m in results.model_results for r in m.task_results}
     assert loaded == {(s.meta.name, task) for s in specs for task in TASKS}
     # Saved predictions sit outside results/, so mteb never reads them as results.
     assert not list((out / "results").rglob("*_predictions.json"))
