@@ -20,7 +20,15 @@ from mteb import AbsTask, ResultCache, TaskResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
-from neoembed.evaluation.significance import N_RESAMPLES, Difference, RowInput, compare_pair, example_scores
+from neoembed.evaluation.significance import (
+    CONFIDENCE,
+    N_RESAMPLES,
+    SEED,
+    Difference,
+    RowInput,
+    compare_pair,
+    example_scores,
+)
 from neoembed.evaluation.summary import Summary, summarize, write_summary
 from neoembed.evaluation.tasks import leaf_tasks, supports_lexical_search
 from neoembed.runs import append_jsonl
@@ -212,7 +220,8 @@ def predictions_file(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> Path
 def _write_settings(
     specs: Sequence[ModelSpec], tasks: Sequence[AbsTask], settings: EvalSettings, out_dir: Path
 ) -> Path:
-    """settings.json: the uniform protocol, each model's identity, the tasks and library versions."""
+    """settings.json: the uniform protocol, each model's identity, the tasks, the significance test and library
+    versions."""
     from importlib.metadata import version
 
     record = {
@@ -229,6 +238,12 @@ def _write_settings(
             for s in specs
         ],
         "tasks": [t.metadata.name for t in tasks],
+        "significance": {
+            "test": "paired bootstrap",
+            "resamples": N_RESAMPLES,
+            "confidence": CONFIDENCE,
+            "seed": SEED,
+        },
         "versions": {p: version(p) for p in ("mteb", "sentence-transformers", "transformers", "torch")},
     }
     path = out_dir / "settings.json"
