@@ -32,6 +32,7 @@ from mteb import AbsTask
 N_RESAMPLES = 1000
 CONFIDENCE = 0.95
 SEED = 0
+CHUNK = 50  # resamples drawn at once
 
 # Scores a model on resamples of one split and subset: indices of shape (resamples, n) -> scores (resamples,).
 ResampleScorer = Callable[[np.ndarray], np.ndarray]
@@ -187,9 +188,20 @@ def _row_replicates(parts: Sequence[Sequence[ExampleScores]], indices: Sequence[
     return np.mean([np.mean([unit.score(next(flat)) for unit in part], axis=0) for part in parts], axis=0)
 
 
-def draw_indices(parts: Sequence[Sequence[ExampleScores]], n_resamples: int, rng: np.random.Generator):
-    """One index matrix per split and subset, shared by the two models of a pair."""
-    return [rng.integers(0, unit.n, size=(n_resamples, unit.n)) for part in parts for unit in part]
+def _resampled_differences(
+    ours: Sequence[Sequence[ExampleScores]],
+    theirs: Sequence[Sequence[ExampleScores]],
+    n_resamples: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Row score differences on `n_resamples` resamples, both models on the same indices; drawn in chunks
+    so that a task with many examples never holds all index matrices at once."""
+    differences = []
+    for start in range(0, n_resamples, CHUNK):
+        size = min(CHUNK, n_resamples - start)
+        indices = [rng.integers(0, unit.n, size=(size, unit.n)) for part in ours for unit in part]
+        differences.append(_row_replicates(ours, indices) - _row_replicates(theirs, indices))
+    return np.concatenate(differences)
 
 
 def _interval_and_p(observed: float, replicates: np.ndarray) -> tuple[float, float, float]:
@@ -229,12 +241,11 @@ def compare_pair(
             out.append(Difference(model, baseline, name, diff, None, None, None, "scores", 0))
             replicates.append(None)
             continue
-        indices = draw_indices(ours.parts, n_resamples, rng)
         everything = [np.arange(u.n)[None, :] for part in ours.parts for u in part]
         observed = float(
             _row_replicates(ours.parts, everything)[0] - _row_replicates(theirs.parts, everything)[0]
         )
-        sample = _row_replicates(ours.parts, indices) - _row_replicates(theirs.parts, indices)
+        sample = _resampled_differences(ours.parts, theirs.parts, n_resamples, rng)
         n = sum(_sizes(ours.parts))
         out.append(
             Difference(model, baseline, name, observed, *_interval_and_p(observed, sample), "examples", n)
