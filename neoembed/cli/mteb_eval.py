@@ -90,13 +90,17 @@ def mteb_eval(
     benchmark: Annotated[
         str | None,
         typer.Option(
-            "--benchmark", "-b", help="An mteb benchmark, e.g. 'MTEB(eng, v1)', or 'neoembed-local'."
+            "--benchmark",
+            "-b",
+            help="An mteb benchmark: 'MTEB(eng, v2)' (current English leaderboard), 'MTEB(eng, v1)' (the "
+            "NeoBERT paper's), ... or 'neoembed-local'.",
         ),
     ] = None,
     task_types: Annotated[
         list[str] | None,
         typer.Option(
-            "--task-types", help="Comma-separated types (Retrieval,STS,...): filters the selection."
+            "--task-types",
+            help="Comma-separated types (Retrieval,STS,...): filters the selection (alone: MTEB(eng, v2)).",
         ),
     ] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Results cache and summaries.")] = Path(

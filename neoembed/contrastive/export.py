@@ -14,8 +14,9 @@ from pathlib import Path
 
 from neoembed.contrastive.lora import has_adapters, merge_adapters
 from neoembed.contrastive.model import BaseModelError
-from neoembed.contrastive.model_card import TrainingFacts, model_card
+from neoembed.contrastive.model_card import TrainingFacts, is_hub_id, model_card
 from neoembed.embedder import position_limit
+from neoembed.evaluation.model_meta import export_model_meta, write_model_meta
 from neoembed.runs import write_text
 
 NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")
@@ -29,7 +30,7 @@ NEOBERT_AUTO_MAP = {
 
 def export_model(model, path: Path, facts: TrainingFacts, prompts: dict[str, str] | None = None) -> Path:
     """Save `model` to `path` (safetensors), add remote code for NeoBERT, and write the model card (README.md)
-    stating `facts`.
+    stating `facts` and the mteb ModelMeta (mteb_model_meta.json) that `neoembed mteb-eval` evaluates it under.
 
     `prompts` (name -> prefix) go to config_sentence_transformers.json, so `encode(..., prompt_name=name)`
     prepends what training prepended. LoRA adapters are merged first: the directory is a plain model."""
@@ -42,6 +43,17 @@ def export_model(model, path: Path, facts: TrainingFacts, prompts: dict[str, str
     if model[0].auto_model.config.model_type == "neobert":
         add_remote_code(path)
     write_text(path / "README.md", model_card(model, facts))
+    write_model_meta(
+        export_model_meta(
+            model,
+            facts.name,
+            data_path=Path(facts.data_path),
+            sources=facts.rows,
+            matryoshka_dims=facts.matryoshka_dims,
+            adapted_from=facts.base_model if is_hub_id(facts.base_model) else None,
+        ),
+        path,
+    )
     return path
 
 

@@ -80,7 +80,7 @@ def model_card(model, facts: TrainingFacts) -> str:
 
     card_data = model.model_card_data
     card_data.model_name = facts.name
-    if _is_hub_id(facts.base_model):  # the library links the base model on the Hub
+    if is_hub_id(facts.base_model):  # the library links the base model on the Hub
         card_data.base_model = facts.base_model
     card_data.add_tags(TAGS)
     library_card = generate_model_card(model)
@@ -91,7 +91,7 @@ def model_card(model, facts: TrainingFacts) -> str:
     return f"{head}\n{section}{heading}{tail}"
 
 
-def _is_hub_id(name: str) -> bool:
+def is_hub_id(name: str) -> bool:
     return name.count("/") == 1 and not Path(name).exists()
 
 

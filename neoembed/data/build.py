@@ -271,7 +271,10 @@ class Build:
             for stale in (self.out / unit.source).glob("part-*"):
                 if int(stale.name[5:10]) >= unit.parts:
                     stale.unlink(missing_ok=True)  # another shard may have removed it already
-        sources = {name: _source_stats(staged[name], markers[name]) for name in self.manifests}
+        sources = {
+            name: {"dataset": manifest.dataset, **_source_stats(staged[name], markers[name])}
+            for name, (manifest, _) in self.manifests.items()
+        }
         stats = {
             "build_hash": _sha([u.fingerprint for u in units]),
             "config": {

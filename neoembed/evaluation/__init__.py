@@ -1,7 +1,9 @@
 """Evaluation: the uniform MTEB harness (the modules here) and the GLUE fine-tuning harness (``glue/``).
 
-MTEB: ``models`` loads any embedder under one protocol, ``local_tasks`` builds offline WordNet tasks,
-``tasks`` selects tasks, ``runner`` runs them resumably and ``summary`` aggregates the results.
+MTEB: ``models`` loads any embedder under one protocol, ``model_meta`` writes and reads the mteb ModelMeta
+of exported embedders, ``local_tasks`` builds offline WordNet tasks, ``tasks`` selects tasks, ``runner``
+runs them resumably, ``significance`` tests paired differences between models and ``summary`` aggregates
+the results.
 
 mteb creates its default result cache (``$MTEB_CACHE`` or ``~/.cache/mteb``) the moment it is imported.
 This package is the one place that points it somewhere neoembed owns, before any of its modules imports

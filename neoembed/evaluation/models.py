@@ -11,6 +11,8 @@ A model name is one of:
 Every embedder then gets the same protocol (``EvalSettings``): max length, pooling, dtype, normalisation
 and prompts (none unless given, as in the paper). The settings that change scores become the mteb
 ``experiment_kwargs`` of the model's ``ModelMeta``, so results under other settings never share a cache entry.
+A directory exported by ``neoembed contrastive`` carries its own ModelMeta (``mteb_model_meta.json``: training
+datasets, dimensions, ...), which becomes the base of that identity and is saved with the results.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from neoembed.embedder import (
     resolve_model_name,
 )
 from neoembed.errors import InputError
+from neoembed.evaluation.model_meta import META_FILE, read_model_meta
 from neoembed.recipes import StrictSettings
 
 BM25_NAMES = ("bm25", "bm25s")
@@ -83,11 +86,12 @@ class ModelSpec:
 
 
 def _fingerprint(directory: Path) -> str:
-    """Content hash of a model directory (file names and bytes, model card excluded): its cache revision."""
+    """Content hash of a model directory (file names and bytes, model card and ModelMeta excluded): its cache
+    revision."""
     digest = hashlib.sha256()
     for file in sorted(p for p in directory.rglob("*") if p.is_file()):
         rel = file.relative_to(directory).as_posix()
-        if rel == "README.md" or rel.startswith("."):
+        if rel in ("README.md", META_FILE) or rel.startswith("."):
             continue
         digest.update(rel.encode())
         with file.open("rb") as fh:
@@ -133,16 +137,19 @@ def _is_packaged_minilm(path: Path) -> bool:
         return False
 
 
-def _model_meta(name: str, revision: str, settings: EvalSettings | None) -> Any:
+def _model_meta(name: str, revision: str, settings: EvalSettings | None, stored: Any = None) -> Any:
+    """The cache identity: `stored` (an export's ModelMeta) or an empty meta, with name, revision and the
+    protocol's scoring settings."""
     from mteb.models import ModelMeta
 
-    return ModelMeta.create_empty(
-        overwrites={
-            "name": name,
-            "revision": revision,
-            "experiment_kwargs": settings.scoring_settings() if settings else None,
-        }
-    )
+    identity = {
+        "name": name,
+        "revision": revision,
+        "experiment_kwargs": settings.scoring_settings() if settings else None,
+    }
+    if stored is not None:
+        return stored.model_copy(update={k: v for k, v in identity.items() if k != "name"})
+    return ModelMeta.create_empty(overwrites=identity)
 
 
 def resolve_model(name: str, settings: EvalSettings) -> ModelSpec:
@@ -162,7 +169,8 @@ def resolve_model(name: str, settings: EvalSettings) -> ModelSpec:
             label, meta_name = "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"
         else:
             label, meta_name = path.resolve().name, f"local/{path.resolve().name}"
-        return ModelSpec(label, kind, str(path), _model_meta(meta_name, _fingerprint(path), settings))
+        meta = _model_meta(meta_name, _fingerprint(path), settings, read_model_meta(path))
+        return ModelSpec(label, kind, str(path), meta)
     if path.exists():
         raise ModelLoadError(f"cannot load model {name!r}: {path} is a file, not a model directory")
     if name.count("/") != 1 or name.startswith((".", "/", "~")):
@@ -234,7 +242,7 @@ def load_model(spec: ModelSpec, settings: EvalSettings, device: str | None = Non
     wrapper.model_prompts = dict(settings.prompts) or None
     wrapper.mteb_model_meta = spec.meta.model_copy(
         update={
-            "embed_dim": wrapper.model.get_embedding_dimension(),
+            "embed_dim": spec.meta.embed_dim or wrapper.model.get_embedding_dimension(),
             "max_tokens": wrapper.model.max_seq_length,
             "similarity_fn_name": wrapper.mteb_model_meta.similarity_fn_name,
             "framework": ["Sentence Transformers", "PyTorch"],

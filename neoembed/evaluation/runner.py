@@ -20,6 +20,15 @@ from mteb import AbsTask, ResultCache, TaskResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
+from neoembed.evaluation.significance import (
+    CONFIDENCE,
+    N_RESAMPLES,
+    SEED,
+    Difference,
+    RowInput,
+    compare_pair,
+    example_scores,
+)
 from neoembed.evaluation.summary import Summary, summarize, write_summary
 from neoembed.evaluation.tasks import leaf_tasks, supports_lexical_search
 from neoembed.runs import append_jsonl
@@ -86,6 +95,13 @@ def _is_offline_error(error: str) -> bool:
     return any(marker in error for marker in ("OfflineModeIsEnabled", "Couldn't reach", "LocalEntryNotFound"))
 
 
+def predictions_dir(cache: ResultCache, spec: ModelSpec, task_name: str) -> Path:
+    """Where mteb saves `spec`'s per-example predictions on `task_name`: the result file's place under
+    ``predictions/`` instead of ``results/`` (inside ``results/`` mteb's cache would read them as results)."""
+    result_dir = cache.get_task_result_path(task_name, spec.meta).parent
+    return cache.cache_path / "predictions" / result_dir.relative_to(cache.cache_path / "results")
+
+
 def _evaluate(
     model, task: AbsTask, spec: ModelSpec, settings: EvalSettings, cache: ResultCache
 ) -> TaskOutcome:
@@ -97,6 +113,7 @@ def _evaluate(
         leaf_tasks([task]),
         encode_kwargs=settings.encode_kwargs(),
         cache=cache,
+        prediction_folder=predictions_dir(cache, spec, task.metadata.name),
         overwrite_strategy="only-missing",
         raise_error=False,
         show_progress_bar=False,
@@ -151,6 +168,7 @@ def run_evaluation(
                 progress.advance(bar)
             del model
     summary = summarize_cached(specs, tasks, cache)
+    summary.differences = compare_cached(specs, summary, cache)
     files = write_summary(summary, out_dir)
     files.append(_write_settings(specs, tasks, settings, out_dir))
     return RunReport(outcomes, summary, files)
@@ -170,10 +188,40 @@ def summarize_cached(specs: Sequence[ModelSpec], tasks: Sequence[AbsTask], cache
     return summarize(results, tasks, not_applicable)
 
 
+def compare_cached(
+    specs: Sequence[ModelSpec], summary: Summary, cache: ResultCache, n_resamples: int = N_RESAMPLES
+) -> list[Difference]:
+    """Paired differences of every model against the first one, per summary row and for the average."""
+    if len(specs) < 2:
+        return []
+
+    def inputs(spec: ModelSpec) -> dict[str, RowInput]:
+        by_row = {}
+        for row in summary.rows:
+            parts = [example_scores(t, predictions_file(cache, spec, t)) for t in row.parts]
+            complete = all(p is not None for p in parts)
+            by_row[row.name] = RowInput(summary.scores[spec.label].get(row.name), parts if complete else None)
+        return by_row
+
+    baseline, *others = specs
+    theirs = inputs(baseline)
+    differences = []
+    for spec in others:
+        ours = inputs(spec)
+        pairs = {name: (ours[name], theirs[name]) for name in ours}
+        differences += compare_pair(spec.label, baseline.label, pairs, n_resamples)
+    return differences
+
+
+def predictions_file(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> Path:
+    return predictions_dir(cache, spec, task.metadata.name) / task.prediction_file_name
+
+
 def _write_settings(
     specs: Sequence[ModelSpec], tasks: Sequence[AbsTask], settings: EvalSettings, out_dir: Path
 ) -> Path:
-    """settings.json: the uniform protocol, each model's identity, the tasks and library versions."""
+    """settings.json: the uniform protocol, each model's identity, the tasks, the significance test and library
+    versions."""
     from importlib.metadata import version
 
     record = {
@@ -190,6 +238,12 @@ def _write_settings(
             for s in specs
         ],
         "tasks": [t.metadata.name for t in tasks],
+        "significance": {
+            "test": "paired bootstrap",
+            "resamples": N_RESAMPLES,
+            "confidence": CONFIDENCE,
+            "seed": SEED,
+        },
         "versions": {p: version(p) for p in ("mteb", "sentence-transformers", "transformers", "torch")},
     }
     path = out_dir / "settings.json"

@@ -20,6 +20,8 @@ import numpy as np
 from mteb import AbsTask, TaskResult
 from mteb.abstasks.aggregated_task import AbsTaskAggregate
 
+from neoembed.evaluation.significance import CONFIDENCE, Difference
+
 # Aggregates whose subset tasks are grouped into one row even when selected without the aggregate.
 GROUPED_AGGREGATES = ("CQADupstackRetrieval",)
 
@@ -87,6 +89,13 @@ class Summary:
     rows: list[Row]
     scores: dict[str, dict[str, float | None]]  # model -> row name -> score in [0, 1]
     not_applicable: dict[str, set[str]] = field(default_factory=dict)  # model -> row names
+    differences: list[Difference] = field(default_factory=list)  # paired, each model against the first
+
+    def compared_models(self) -> list[str]:
+        return list(dict.fromkeys(d.model for d in self.differences))
+
+    def difference(self, model: str, row: str) -> Difference | None:
+        return next((d for d in self.differences if d.model == model and d.row == row), None)
 
     def types(self) -> list[str]:
         return list(dict.fromkeys(r.type for r in self.rows))
@@ -155,11 +164,67 @@ NOTES = (
 )
 
 
+def _difference_cell(d: Difference | None) -> str:
+    if d is None:
+        return "-"
+    text = f"{100 * d.difference:+.2f}"
+    if d.p_value is None:
+        return f"{text} (no interval)"
+    mark = " *" if d.significant else ""
+    return f"{text} [{100 * d.low:+.2f}, {100 * d.high:+.2f}] p={d.p_value:.3f}{mark}"
+
+
+def differences_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the paired comparison: per task and for the average, each model minus the first."""
+    baseline = summary.models[0]
+    models = summary.compared_models()
+    header = ["Task", *(f"{m} - {baseline}" for m in models)]
+    names = [r.name for r in summary.rows] + ["Average"]
+    rows = [[name, *(_difference_cell(summary.difference(m, name)) for m in models)] for name in names]
+    return header, rows
+
+
+def _differences_notes(summary: Summary) -> str:
+    methods = {d.method for d in summary.differences if d.row == "Average"}
+    average = (
+        "the average resamples every task's examples"
+        if methods == {"examples"}
+        else "the average resamples tasks where some task has no per-example predictions"
+    )
+    return (
+        f"Differences of main scores x 100 with a {CONFIDENCE:.0%} paired-bootstrap interval over each task's "
+        f"queries or examples and a two-sided p-value; `*`: p < {1 - CONFIDENCE:.2f}; {average}. "
+        "`(no interval)`: the task type or a cached result has no per-example predictions. Both models are "
+        "averaged over the tasks both have scores for."
+    )
+
+
 def to_markdown(summary: Summary) -> str:
     header, rows = table(summary)
     lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * len(summary.models)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n\n" + NOTES + "\n"
+    text = "\n".join(lines) + "\n\n" + NOTES + "\n"
+    if summary.differences:
+        header, rows = differences_table(summary)
+        lines = [f"Paired differences against {summary.models[0]}:", ""]
+        lines += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        text += "\n" + "\n".join(lines) + "\n\n" + _differences_notes(summary) + "\n"
+    return text
+
+
+def write_differences_csv(summary: Summary, path: Path) -> None:
+    """One line per compared model and row: difference, interval and p-value (x 100 except p)."""
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["model", "baseline", "name", "difference", "low", "high", "p_value", "method", "n"])
+
+        def fmt(value: float | None, scale: float = 100) -> str:
+            return "" if value is None else f"{scale * value:.4f}"
+
+        for d in summary.differences:
+            row = [fmt(d.difference), fmt(d.low), fmt(d.high), fmt(d.p_value, 1)]
+            writer.writerow([d.model, d.baseline, d.row, *row, d.method, d.n])
 
 
 def write_csv(summary: Summary, path: Path) -> None:
@@ -184,16 +249,52 @@ def write_csv(summary: Summary, path: Path) -> None:
             writer.writerow([model, "overall", "Average", "", fmt(avg.score), avg.n_scored, avg.n_rows])
 
 
-def plot_type_averages(summary: Summary, path: Path) -> None:
-    """Grouped bar chart: per-type averages and the overall average, one bar per model."""
+def plot_summary(summary: Summary, path: Path) -> None:
+    """Per-type averages as grouped bars and, when models were compared, the paired differences with their
+    confidence intervals per task and for the average."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     groups = [*summary.types(), "Average"]
+    names = [r.name for r in summary.rows] + ["Average"]
+    panels = 2 if summary.differences else 1
+    width = max(6.0, 1.6 * len(groups))
+    fig, axes = plt.subplots(1, panels, figsize=(width + 6.0 * (panels - 1), max(4.0, 0.45 * len(names))))
+    axes = np.atleast_1d(axes)
+    _plot_type_averages(summary, axes[0], groups)
+    if summary.differences:
+        _plot_differences(summary, axes[1], names)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_differences(summary: Summary, ax, names: list[str]) -> None:
+    models = summary.compared_models()
+    step = 0.8 / len(models)
+    for i, model in enumerate(models):
+        ys, xs, errors = [], [], [[], []]
+        for j, name in enumerate(names):
+            d = summary.difference(model, name)
+            if d is None:
+                continue
+            ys.append(j + (i - (len(models) - 1) / 2) * step)
+            xs.append(100 * d.difference)
+            errors[0].append(100 * (d.difference - d.low) if d.low is not None else 0.0)
+            errors[1].append(100 * (d.high - d.difference) if d.high is not None else 0.0)
+        ax.errorbar(xs, ys, xerr=errors, fmt="o", capsize=3, label=model)
+    ax.axvline(0.0, color="grey", linewidth=0.8)
+    ax.set_yticks(range(len(names)), names, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"difference x 100 vs {summary.models[0]} ({CONFIDENCE:.0%} interval)")
+    ax.set_title("Paired differences")
+    ax.legend(fontsize="small")
+
+
+def _plot_type_averages(summary: Summary, ax, groups: list[str]) -> None:
     width = 0.8 / len(summary.models)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups)), 4.0))
     for i, model in enumerate(summary.models):
         averages = [summary.type_average(model, t) for t in summary.types()] + [summary.overall(model)]
         heights = [100 * a.score if a.score is not None else 0.0 for a in averages]
@@ -203,18 +304,19 @@ def plot_type_averages(summary: Summary, path: Path) -> None:
     ax.set_ylabel("mean main score x 100")
     ax.set_title("MTEB: per-type averages")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def write_summary(summary: Summary, out_dir: Path) -> list[Path]:
-    """summary.md, summary.csv and, when several models are compared, summary.png under `out_dir`."""
+    """summary.md, summary.csv and, when several models are compared, summary.png (and the paired
+    differences in differences.csv when they were computed) under `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "summary.md", out_dir / "summary.csv"]
     written[0].write_text(to_markdown(summary), encoding="utf-8")
     write_csv(summary, written[1])
     if len(summary.models) > 1:
         written.append(out_dir / "summary.png")
-        plot_type_averages(summary, written[-1])
+        plot_summary(summary, written[-1])
+    if summary.differences:
+        written.append(out_dir / "differences.csv")
+        write_differences_csv(summary, written[-1])
     return written
