@@ -8,8 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from neoembed import embedding_file
-from neoembed.embedding_file import read_vectors
+from neoembed import vector_file
 from neoembed.index import (
     IndexingError,
     IndexMismatchError,
@@ -21,6 +20,7 @@ from neoembed.index import (
 )
 from neoembed.index import build as index_build
 from neoembed.index import encode as index_encode
+from neoembed.vector_file import read_vectors
 
 TOPICS = {
     "astronomy": "the telescope showed the rings of saturn and the moons of jupiter",
@@ -221,7 +221,7 @@ def test_interrupted_add_resumes_to_the_same_index(built, tmp_path, monkeypatch,
         shutil.copytree(_dir(built, "HNSW8"), tmp_path / name)
     add_documents(tmp_path / "reference", [new], threads=2, tune_queries=60)
 
-    real_embed, real_commit, embedded = embedding_file.embed, index_build._tune_and_commit, []
+    real_embed, real_commit, embedded = vector_file.embed, index_build._tune_and_commit, []
 
     def embed_then_fail(model, texts, **kwargs):
         if crash == "embedding" and armed and len(embedded) == 2:
@@ -232,7 +232,7 @@ def test_interrupted_add_resumes_to_the_same_index(built, tmp_path, monkeypatch,
     def fail(*args, **kwargs):
         raise KeyboardInterrupt  # stopped after the store and vectors were written, before the manifest
 
-    monkeypatch.setattr(embedding_file, "embed", embed_then_fail)
+    monkeypatch.setattr(vector_file, "embed", embed_then_fail)
     if crash == "committing":
         monkeypatch.setattr(index_build, "_tune_and_commit", fail)
     with pytest.raises(KeyboardInterrupt):
@@ -290,7 +290,7 @@ def test_export_writes_ids_texts_metadata_and_vectors(built, tmp_path):
 
 def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkeypatch, built):
     monkeypatch.setattr(index_build, "EMBED_CHUNK", 25)
-    real_embed, embedded = embedding_file.embed, []
+    real_embed, embedded = vector_file.embed, []
 
     def embed_then_fail(model, texts, **kwargs):
         if len(embedded) == 50:
@@ -298,7 +298,7 @@ def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkey
         embedded.extend(texts)
         return real_embed(model, texts, **kwargs)
 
-    monkeypatch.setattr(embedding_file, "embed", embed_then_fail)
+    monkeypatch.setattr(vector_file, "embed", embed_then_fail)
     with pytest.raises(KeyboardInterrupt):
         build_index([corpus], tmp_path / "index", threads=2, tune_queries=60)
     assert not (tmp_path / "index" / "manifest.json").exists()
@@ -307,7 +307,7 @@ def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkey
         build_index([other], tmp_path / "index", threads=2)  # refused, and the unfinished build kept
     embedded.clear()
     monkeypatch.setattr(
-        embedding_file,
+        vector_file,
         "embed",
         lambda model, texts, **kw: embedded.extend(texts) or real_embed(model, texts, **kw),
     )
@@ -354,7 +354,7 @@ def test_cli_build_search_export_and_clear_errors(corpus, tmp_path):
 
 
 def test_a_short_vector_file_is_an_error_not_zero_vectors(tmp_path):
-    from neoembed.embedding_file import VectorFileError, trim_vectors
+    from neoembed.vector_file import VectorFileError, trim_vectors
 
     path = tmp_path / "vectors.f32"
     path.write_bytes(np.ones((3, 4), dtype="float32").tobytes())

@@ -51,6 +51,7 @@ def export(tmp_path_factory):
         pooling="mean",
         normalized=True,
         max_length=128,
+        max_seq_length=128,
         lora=None,
         matryoshka_dims=[384, 128, 64],
         data_path=str(data),

@@ -97,9 +97,9 @@ def wordnet_set(
     vectors of held-out synsets' example sentences, and how often exact search puts the example's own
     gloss in the top 10."""
     from neoembed.data.wordnet import load_synsets, split_of
-    from neoembed.embedding_file import read_vectors
     from neoembed.index import build_index, load_index
     from neoembed.index.manifest import MANIFEST_FILE, VECTORS_FILE
+    from neoembed.vector_file import read_vectors
 
     if not (index_dir / MANIFEST_FILE).exists():
         build_index(["wordnet"], index_dir, model=model, threads=threads)

@@ -16,8 +16,8 @@ def encode(
     normalize: bool = typer.Option(True, help="L2-normalise the embeddings."),
 ):
     """Embed texts and print their cosine-similarity matrix; optionally save the embeddings."""
+    from neoembed.cli.encode_files import load_texts, save_embeddings, similarity_table
     from neoembed.embedder import load_embedder
-    from neoembed.embedding_io import load_texts, save_embeddings, similarity_table
     from neoembed.errors import InputError
 
     if output is not None and output.suffix not in (".npy", ".jsonl"):

@@ -3,7 +3,7 @@
 sentence-transformers' `mine_hard_negatives(relative_margin=1 - margin)` implements the same rule, and a test
 checks that both pick the same negatives. It is not called here because a build needs what it does not offer:
 embeddings written to files chunk by chunk (bounded memory, and a killed build resumes mid-encoding; the
-loop is `neoembed.embedding_file`, shared with index builds), rows kept in their input order (it regroups rows
+loop is `neoembed.vector_file`, shared with index builds), rows kept in their input order (it regroups rows
 by query), positives and their near-duplicates recognised by the normalised text key rather than by exact
 string, and encode/search times for the stats.
 """
@@ -18,8 +18,8 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from neoembed.embedding_file import embed_to_file
 from neoembed.recipes import StrictSettings
+from neoembed.vector_file import embed_to_file
 
 CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
 

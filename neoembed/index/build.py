@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from neoembed.embedding_file import embed_to_file, read_vectors, trim_vectors
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
 from neoembed.index.corpus import CorpusReader
@@ -36,6 +35,7 @@ from neoembed.index.manifest import (
 from neoembed.index.store import DocStore
 from neoembed.index.train import train_and_add
 from neoembed.index.tune import exact_neighbors, tune
+from neoembed.vector_file import embed_to_file, read_vectors, trim_vectors
 
 log = logging.getLogger("neoembed.index")
 

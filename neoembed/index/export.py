@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from neoembed.embedding_file import read_vectors
 from neoembed.index.errors import IndexingError
 from neoembed.index.manifest import STORE_FILE, VECTORS_FILE, Manifest
 from neoembed.index.store import DocStore
+from neoembed.vector_file import read_vectors
 
 FORMATS = ("parquet",)
 BATCH = 50_000

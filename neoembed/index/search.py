@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-from neoembed.embedding_file import embed
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
 from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import set_search_params
 from neoembed.index.manifest import STORE_FILE, Manifest
 from neoembed.index.store import DocStore
+from neoembed.vector_file import embed
 
 
 @dataclass(frozen=True)

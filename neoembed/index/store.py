@@ -4,7 +4,7 @@ Row `pos` of the store is FAISS id `pos` and row `pos` of the vector file, so se
 documents by position. SQLite gives random access by position and a unique index on document ids, so
 `index add` detects duplicate ids without reading the corpus into memory. The vectors (float32, row-major,
 no header) are kept so an index can be re-tuned, rebuilt with another factory or exported without
-re-embedding; they are appended to as documents are embedded (`neoembed.embedding_file`), so an
+re-embedding; they are appended to as documents are embedded (`neoembed.vector_file`), so an
 interrupted build keeps its work.
 """
 

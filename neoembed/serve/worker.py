@@ -84,10 +84,11 @@ class ModelRunner:
     def _runs_packed_well(self, torch) -> bool:
         # NeoBERT's packed path uses exact per-sequence attention on CPU and a fused varlen kernel on CUDA
         # in half precision; CUDA in fp32 has no varlen kernel, where the padded SDPA path is faster.
-        from neoembed.pretrain.attention import varlen_kernel
+        from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
 
-        probe = torch.empty(0, device=self.model.device, dtype=self._encoder.dtype)
-        return probe.device.type == "cpu" or varlen_kernel(probe) != "sdpa_per_sequence"
+        device_type = self.model.device.type
+        kernel = varlen_kernel_for(device_type, self._encoder.dtype, importable_kernels())
+        return device_type == "cpu" or kernel != "sdpa_per_sequence"
 
     def embed(self, flat_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """float32 rows, one per sequence: `flat_ids` holds the sequences back to back, `lengths` their sizes."""

@@ -1,4 +1,4 @@
-"""Small helpers for reading texts and writing embeddings, shared by the CLI and the quickstart."""
+"""Reading texts and writing embeddings for `neoembed encode`: text files in, .npy/.jsonl out, a similarity table."""
 
 from __future__ import annotations
 
