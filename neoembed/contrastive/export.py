@@ -9,7 +9,7 @@ The module configs are written in the layout sentence-transformers 5 reads and 6
 from __future__ import annotations
 
 import json
-import shutil
+from importlib import resources
 from pathlib import Path
 
 from neoembed.contrastive.lora import has_adapters, merge_adapters
@@ -125,12 +125,11 @@ def write_portable_configs(path: Path, model) -> None:
 
 
 def add_remote_code(path: Path) -> None:
-    import neoembed.pretrain
-
-    source = Path(neoembed.pretrain.__file__).parent
+    """Copy NeoBERT's modeling sources beside the config, with `auto_map`, for `trust_remote_code` loading."""
+    source = resources.files("neoembed.pretrain")
     config_file = next(path.rglob("config.json"))  # the Transformer module's folder (the root in ST 6)
     for name in NEOBERT_SOURCES:
-        shutil.copyfile(source / name, config_file.parent / name)
+        (config_file.parent / name).write_bytes(source.joinpath(name).read_bytes())
     config = json.loads(config_file.read_text())
     config["auto_map"] = NEOBERT_AUTO_MAP
     config_file.write_text(json.dumps(config, indent=2) + "\n")
