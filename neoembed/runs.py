@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 from transformers import TrainerCallback, TrainingArguments
 
 from neoembed.errors import RunError
@@ -165,7 +166,7 @@ def check_resume_compatible(settings: BaseModel, output_dir: Path) -> None:
             for section, values in current.items()
             for field, value in values.items()
             if not (section == "train" and field in RESUMABLE_CHANGES)
-            and previous.get(section, {}).get(field) != value
+            and not _same_as_recorded(settings, previous, section, field, value)
         ]
         if differences:
             raise RecipeError(
@@ -175,6 +176,16 @@ def check_resume_compatible(settings: BaseModel, output_dir: Path) -> None:
     else:
         output_dir.mkdir(parents=True, exist_ok=True)
         recorded.write_text(json.dumps(current, indent=2))
+
+
+def _same_as_recorded(settings: BaseModel, previous: dict, section: str, field: str, value) -> bool:
+    """Whether a field's value matches the recorded run's. A field the recorded run predates (added to the
+    settings since) matches when this run leaves it at its default, so runs from older versions resume."""
+    recorded = previous.get(section, {})
+    if field in recorded:
+        return recorded[field] == value
+    info = type(getattr(settings, section)).model_fields[field]
+    return not info.is_required() and to_jsonable_python(info.get_default(call_default_factory=True)) == value
 
 
 def last_complete_checkpoint(output_dir: Path) -> str | None:

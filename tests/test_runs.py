@@ -11,10 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import TrainerControl, TrainerState
 
+from neoembed.recipes import RecipeError, StrictSettings
 from neoembed.runs import (
     MetricsLog,
     TrainingDiverged,
     append_jsonl,
+    check_resume_compatible,
     write_json,
     write_parquet,
     write_text,
@@ -88,3 +90,21 @@ def test_the_three_trainers_share_their_common_training_arguments(tmp_path):
     assert contrastive.save_strategy == "steps" and not contrastive.logging_nan_inf_filter
     assert glue.save_strategy == "epoch" and glue.logging_nan_inf_filter  # a NaN grid point scores low
     assert glue.ddp_find_unused_parameters is False and contrastive.ddp_find_unused_parameters is True
+
+
+class _Train(StrictSettings):
+    max_steps: int = 10
+    schedule: str = "cosine"  # stands for a field added after a run was recorded
+
+
+class _Recipe(StrictSettings):
+    train: _Train = _Train()
+
+
+def test_a_run_recorded_before_a_field_existed_resumes_only_with_that_field_at_its_default(tmp_path):
+    (tmp_path / "recipe.json").write_text(json.dumps({"train": {"max_steps": 10}}))
+    check_resume_compatible(_Recipe(), tmp_path)  # the new field at its default: the same run
+    with pytest.raises(RecipeError, match="train.max_steps"):
+        check_resume_compatible(_Recipe(train=_Train(max_steps=20)), tmp_path)
+    with pytest.raises(RecipeError, match="train.schedule"):
+        check_resume_compatible(_Recipe(train=_Train(schedule="wsd")), tmp_path)
