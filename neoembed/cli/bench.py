@@ -24,8 +24,10 @@ def _device(name: str) -> str:
     """`auto` is CUDA when present, else the CPU; a CUDA device that is not there is a bad flag."""
     import torch
 
+    from neoembed.precision import default_device
+
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return default_device()
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise typer.BadParameter("no CUDA device is available here", param_hint="--device")
     return name
