@@ -2,7 +2,7 @@
 
 import pytest
 
-from neoembed.data import wordnet
+from neoembed.data import debian, wordnet
 from neoembed.data.wordnet import WordNetError, load_synsets, split_of, wordnet_dir
 
 LICENCE = "  1 This software and database is being provided to you, the LICENSEE, by  \n"
@@ -69,7 +69,7 @@ def test_real_wordnet_matches_published_counts():
 
 def test_installs_wordnet_base_into_an_empty_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("NEOEMBED_WORDNET_DIR", raising=False)
-    monkeypatch.setattr(wordnet, "SYSTEM_DIR", tmp_path / "absent")
+    monkeypatch.setattr(debian, "SYSTEM_ROOT", tmp_path / "absent")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = wordnet_dir()
     assert path == tmp_path / "cache" / "neoembed" / "wordnet"

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from neoembed.data.debian import PackageDataError, package_dir
 from neoembed.errors import RunError
 
-SYSTEM_DIR = Path("/usr/share/wordnet")
+SYSTEM_DIR = "usr/share/wordnet"  # in the package, and under / when installed
 POS_FILES = ("noun", "verb", "adj", "adv")
 HELDOUT_PERCENT = 10
 
@@ -42,56 +39,17 @@ class Synset:
     examples: tuple[str, ...]
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "neoembed" / "wordnet"
-
-
 def _has_data(path: Path) -> bool:
     return all((path / f"data.{pos}").is_file() for pos in POS_FILES)
 
 
-def _install_into(cache: Path) -> None:
-    """`apt-get download wordnet-base` + `dpkg-deb -x` into `cache`: no root needed, atomic rename."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache.parent) as tmp:
-        try:
-            subprocess.run(
-                ["apt-get", "download", "wordnet-base"], cwd=tmp, check=True, capture_output=True, text=True
-            )
-            (deb,) = Path(tmp).glob("wordnet-base*.deb")
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(Path(tmp) / "root")], check=True)
-        except (OSError, subprocess.CalledProcessError, ValueError) as err:
-            detail = getattr(err, "stderr", None) or err
-            raise WordNetError(
-                f"WordNet data not found and installing Debian's wordnet-base into {cache} failed: {detail}. "
-                "Install it (`apt-get install wordnet-base`) or point NEOEMBED_WORDNET_DIR at a directory "
-                "holding data.noun, data.verb, data.adj and data.adv."
-            ) from err
-        extracted = Path(tmp) / "root" / "usr" / "share" / "wordnet"
-        if not _has_data(cache):  # another process may have finished first
-            shutil.rmtree(cache, ignore_errors=True)
-            extracted.rename(cache)
-
-
 def wordnet_dir() -> Path:
-    """Directory holding WordNet's data files: $NEOEMBED_WORDNET_DIR, /usr/share/wordnet, or a cache dir.
-
-    The cache dir (~/.cache/neoembed/wordnet) is filled from Debian's wordnet-base package when nothing
-    else has the data.
-    """
-    override = os.environ.get("NEOEMBED_WORDNET_DIR")
-    if override:
-        path = Path(override)
-        if not _has_data(path):
-            raise WordNetError(f"NEOEMBED_WORDNET_DIR={path} has no data.{{{','.join(POS_FILES)}}} files")
-        return path
-    if _has_data(SYSTEM_DIR):
-        return SYSTEM_DIR
-    cache = _cache_dir()
-    if not _has_data(cache):
-        _install_into(cache)
-    return cache
+    """Directory holding WordNet's data files: $NEOEMBED_WORDNET_DIR, /usr/share/wordnet, or the cache dir
+    (~/.cache/neoembed/wordnet), filled from Debian's wordnet-base package when nothing else has the data."""
+    try:
+        return package_dir("wordnet-base", SYSTEM_DIR, _has_data, "NEOEMBED_WORDNET_DIR", "wordnet")
+    except PackageDataError as err:
+        raise WordNetError(f"{err} (WordNet needs data.noun, data.verb, data.adj and data.adv)") from err
 
 
 def _parse_line(line: str, where: str) -> Synset:

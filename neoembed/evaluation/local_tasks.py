@@ -1,8 +1,10 @@
-"""Offline MTEB tasks built from WordNet's held-out synsets, as real mteb task classes.
+"""Offline MTEB tasks built from WordNet's held-out synsets and from FOLDOC, as real mteb task classes.
 
-mteb's own tasks download their data from the Hugging Face hub; these build theirs from the WordNet files
-on this machine (``neoembed.data.wordnet``), using only synsets that ``split_of`` holds out from training,
-so a model fine-tuned on neoembed's WordNet pairs is not tested on its training data. They run through
+mteb's own tasks download their data from the Hugging Face hub; these build theirs from Debian text packages
+on this machine: WordNet (``neoembed.data.wordnet``), using only synsets that ``split_of`` holds out from
+training, so a model fine-tuned on neoembed's WordNet pairs is not tested on its training data; and FOLDOC
+(``neoembed.data.foldoc``), a computing dictionary no training build reads: the cross-source check that
+fine-tuning improved the model rather than fitting WordNet. They run through
 ``mteb.evaluate`` like any other task and are selected by name with ``--tasks`` (or all at once with
 ``--benchmark neoembed-local``).
 
@@ -10,6 +12,7 @@ so a model fine-tuned on neoembed's WordNet pairs is not tested on its training 
 - ``WordNetExampleDefinitionRetrieval`` (Retrieval): an example sentence -> the gloss of its synset.
 - ``WordNetSynonymPairClassification`` (PairClassification): are two words lemmas of one synset?
 - ``WordNetPOSClassification`` (Classification): the part of speech of a gloss's headword.
+- ``FOLDOCDefinitionRetrieval`` (Retrieval): a computing term -> its FOLDOC definition.
 
 Sizes are small on purpose: all four run in seconds for MiniLM on two CPU cores.
 """
@@ -28,11 +31,13 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
+from neoembed.data.foldoc import load_entries
 from neoembed.data.wordnet import Synset, load_synsets, split_of
 
 # Bump when the sampling below changes: it is the tasks' dataset revision, so cached results of an older
 # sample are never mixed with new ones.
 DATA_REVISION = "wordnet3.0-heldout-v1"
+FOLDOC_REVISION = "foldoc-20230119-v1"
 SEED = 0
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adverb"}
 
@@ -95,6 +100,27 @@ def wordnet_example_retrieval(n_queries: int, n_corpus: int) -> tuple[dict, dict
 def example_retrieval_split(n_queries: int = 500, n_corpus: int = 2000) -> RetrievalSplitData:
     """`wordnet_example_retrieval` as an mteb split."""
     return _retrieval_split(*wordnet_example_retrieval(n_queries, n_corpus))
+
+
+FOLDOC_MIN_WORDS = 6  # shorter bodies are mostly cross-references ("See {dash}"), not definitions
+
+
+def foldoc_retrieval(n_queries: int = 300, n_corpus: int = 1500) -> tuple[dict, dict, dict]:
+    """A term -> its FOLDOC definition, among `n_corpus` definitions; every entry defining the term (in any
+    letter case) is relevant. Entries in a fixed pseudo-random order, the same on every machine."""
+    entries = sorted(
+        (e for e in load_entries() if len(e.definition.split()) >= FOLDOC_MIN_WORDS),
+        key=lambda e: e.headwords,
+    )
+    random.Random(SEED).shuffle(entries)
+    corpus = entries[:n_corpus]
+    defines = defaultdict(set)  # lower-cased term -> ids of the corpus entries it heads
+    for i, entry in enumerate(corpus):
+        for word in entry.headwords:
+            defines[word.lower()].add(f"f{i}")
+    queries = {f"q{i}": entry.headwords[0] for i, entry in enumerate(corpus[:n_queries])}
+    relevant = {q: defines[term.lower()] for q, term in queries.items()}
+    return queries, {f"f{i}": entry.definition for i, entry in enumerate(corpus)}, relevant
 
 
 def _retrieval_split(queries: dict, corpus: dict, relevant: dict) -> RetrievalSplitData:
@@ -213,6 +239,33 @@ class WordNetPOSClassification(AbsTaskClassification):
         self.data_loaded = True
 
 
+class FOLDOCDefinitionRetrieval(AbsTaskRetrieval):
+    metadata = TaskMetadata(
+        name="FOLDOCDefinitionRetrieval",
+        description="Retrieve the definition of a computing term from 1,500 entries of FOLDOC, the Free On-line "
+        "Dictionary of Computing (Debian's dict-foldoc): 300 term queries. A source no neoembed training build "
+        "reads: the cross-source held-out set.",
+        type="Retrieval",
+        main_score="ndcg_at_10",
+        **{
+            **_COMMON,
+            "reference": "https://foldoc.org/",
+            "dataset": {"path": "neoembed/foldoc", "revision": FOLDOC_REVISION},
+            "date": ("1985-01-01", "2023-01-19"),
+            "domains": ["Written", "Encyclopaedic", "Programming"],
+            "license": "https://www.gnu.org/licenses/old-licenses/fdl-1.1.html",
+            "bibtex_citation": "@misc{foldoc, title={The Free On-line Dictionary of Computing}, "
+            "author={Howe, Denis}, howpublished={https://foldoc.org/}, year={2023}}",
+        },
+    )
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        self.dataset = {"default": {"test": _retrieval_split(*foldoc_retrieval())}}
+        self.data_loaded = True
+
+
 LOCAL_TASKS: dict[str, type[AbsTask]] = {
     cls.metadata.name: cls
     for cls in (
@@ -220,5 +273,6 @@ LOCAL_TASKS: dict[str, type[AbsTask]] = {
         WordNetExampleDefinitionRetrieval,
         WordNetSynonymPairClassification,
         WordNetPOSClassification,
+        FOLDOCDefinitionRetrieval,
     )
 }
