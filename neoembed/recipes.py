@@ -10,18 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from neoembed.errors import InputError
+from neoembed.packaged import resolve_recipe_file
 
 Settings = TypeVar("Settings", bound=BaseModel)
 
 
 class RecipeError(InputError):
     """A recipe or override that does not validate; the message names the file and the fields."""
+
+
+# A recipe field naming a file (a DeepSpeed config): a path, or a file shipped beside the packaged recipes.
+PackagedFile = Annotated[str, AfterValidator(resolve_recipe_file)]
 
 
 class StrictSettings(BaseModel):

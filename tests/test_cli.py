@@ -1,6 +1,7 @@
 """The command line: listed verbs, info and encode (the quickstart has tests/test_quickstart.py)."""
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from neoembed.cli import app
@@ -128,3 +129,22 @@ def test_recipes_resolve_by_name_from_any_directory(tmp_path, monkeypatch):
     own = tmp_path / "pretrain-cpu.yaml"
     own.write_text("corpus: {wordnet: true}\n")
     assert resolve_recipe("pretrain-cpu.yaml") == own.relative_to(tmp_path)  # a file of that name wins
+
+
+def test_a_recipe_names_the_shipped_deepspeed_config_from_any_directory(tmp_path, monkeypatch):
+    from neoembed.contrastive.settings import TrainSettings
+    from neoembed.packaged import recipes_dir
+    from neoembed.pretrain.settings import PretrainSettings
+    from neoembed.recipes import RecipeError, load_recipe
+
+    monkeypatch.chdir(tmp_path)  # no recipes/ folder here
+    shipped = str(recipes_dir() / "deepspeed-zero2.json")
+    assert TrainSettings(deepspeed="recipes/deepspeed-zero2.json").deepspeed == shipped
+    assert TrainSettings(deepspeed="deepspeed-zero2.json").deepspeed == shipped
+    own = tmp_path / "ds.json"
+    own.write_text("{}")
+    assert TrainSettings(deepspeed=str(own)).deepspeed == str(own)
+    with pytest.raises(RecipeError, match=r"train\.deepspeed.*missing\.json.*deepspeed-zero2\.json"):
+        load_recipe(
+            recipes_dir() / "pretrain-cpu.yaml", PretrainSettings, {"train.deepspeed": "missing.json"}
+        )

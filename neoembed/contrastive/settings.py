@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from neoembed.recipes import StrictSettings
+from neoembed.recipes import PackagedFile, StrictSettings
 
 
 class PromptSettings(StrictSettings):
@@ -83,7 +83,7 @@ class TrainSettings(StrictSettings):
     eval_steps: int = Field(default=200, gt=0)
     save_steps: int = Field(default=500, gt=0)
     keep_checkpoints: int = Field(default=2, gt=0)
-    deepspeed: str | None = None  # a DeepSpeed JSON config, e.g. recipes/deepspeed-zero2.json
+    deepspeed: PackagedFile | None = None  # a DeepSpeed JSON config, e.g. recipes/deepspeed-zero2.json
     threads: int | None = Field(default=None, gt=0)
     max_minutes: float | None = Field(default=None, gt=0.0)  # stop (and save) once training took this long
 

@@ -38,15 +38,34 @@ def resolve_recipe(value: str | Path) -> Path:
 
     A name is given bare (`pretrain-cpu`), with its suffix, or as the docs write it (`recipes/pretrain-cpu.yaml`),
     so the documented commands work from any directory."""
+    path = packaged_file(value, ".yaml")
+    if path is None:
+        raise InputError(
+            f"recipe {str(value)!r} is neither a file nor a packaged recipe; packaged recipes: "
+            + ", ".join(recipe_names()),
+            param="--recipe",
+        )
+    return path
+
+
+def resolve_recipe_file(value: str) -> str:
+    """A file a recipe names (`train.deepspeed: recipes/deepspeed-zero2.json`): the path itself when it exists,
+    else the packaged file of that name, so recipes that name shipped files run outside a checkout."""
+    path = packaged_file(value, Path(value).suffix)
+    if path is None:
+        shipped = sorted(p.name for p in recipes_dir().iterdir() if p.suffix != ".yaml")
+        raise ValueError(f"{value!r} is neither a file nor a packaged file (packaged: {', '.join(shipped)})")
+    return str(path)
+
+
+def packaged_file(value: str | Path, suffix: str) -> Path | None:
+    """`value` when it is a file, else the packaged recipes' file it names (bare, with `suffix`, or under
+    `recipes/`), else None."""
     path = Path(value)
     if path.is_file():
         return path
-    if path.parent in (Path("."), Path("recipes")):
-        packaged = recipes_dir() / f"{path.name.removesuffix('.yaml')}.yaml"
+    if path.parent in (Path("."), Path("recipes")) and suffix:
+        packaged = recipes_dir() / f"{path.name.removesuffix(suffix)}{suffix}"
         if packaged.is_file():
             return packaged
-    raise InputError(
-        f"recipe {str(value)!r} is neither a file nor a packaged recipe; packaged recipes: "
-        + ", ".join(recipe_names()),
-        param="--recipe",
-    )
+    return None

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from neoembed.recipes import StrictSettings
+from neoembed.recipes import PackagedFile, StrictSettings
 
 
 class CorpusSettings(StrictSettings):
@@ -96,7 +96,9 @@ class TrainSettings(StrictSettings):
     save_steps: int = Field(default=500, gt=0)
     keep_checkpoints: int = Field(default=3, gt=0)
     num_workers: int = Field(default=0, ge=0)
-    deepspeed: str | None = None  # a DeepSpeed JSON config (ZeRO-2 in recipes/); needs neoembed[deepspeed]
+    deepspeed: PackagedFile | None = (
+        None  # a DeepSpeed JSON config (ZeRO-2 in recipes/); needs neoembed[deepspeed]
+    )
     peak_tflops: float | None = Field(default=None, gt=0.0)  # device peak for MFU; None: known GPUs in bf16
     threads: int | None = Field(default=None, gt=0)  # torch CPU threads
 
