@@ -31,16 +31,19 @@ from neoembed.recipes import RecipeError
 
 METRICS_FILE = "metrics.jsonl"
 
-# Fields of a recipe's `train` section that may change between a run and its resume without changing what
-# is trained.
-RESUMABLE_CHANGES = {
-    "log_steps",
-    "eval_steps",
-    "save_steps",
-    "keep_checkpoints",
-    "num_workers",
-    "threads",
-    "compile",
+# What may change between a run and its resume without changing what is trained: section -> its fields that
+# may (None: the whole section). `eval` says which held-out sets are scored and how; nothing trains on them.
+RESUMABLE_CHANGES: dict[str, set[str] | None] = {
+    "train": {
+        "log_steps",
+        "eval_steps",
+        "save_steps",
+        "keep_checkpoints",
+        "num_workers",
+        "threads",
+        "compile",
+    },
+    "eval": None,
 }
 
 
@@ -156,7 +159,8 @@ def trainer_arguments(
 
 
 def check_resume_compatible(settings: BaseModel, output_dir: Path) -> None:
-    """A run may only resume with the same recipe (apart from logging/saving cadence)."""
+    """A run may only resume with the same recipe (apart from RESUMABLE_CHANGES: logging/saving cadence and
+    the held-out evaluation)."""
     recorded = output_dir / "recipe.json"
     current = settings.model_dump(mode="json")
     if recorded.exists():
@@ -165,7 +169,7 @@ def check_resume_compatible(settings: BaseModel, output_dir: Path) -> None:
             f"{section}.{field}"
             for section, values in current.items()
             for field, value in values.items()
-            if not (section == "train" and field in RESUMABLE_CHANGES)
+            if not _resumable(section, field)
             and not _same_as_recorded(settings, previous, section, field, value)
         ]
         if differences:
@@ -176,6 +180,11 @@ def check_resume_compatible(settings: BaseModel, output_dir: Path) -> None:
     else:
         output_dir.mkdir(parents=True, exist_ok=True)
         recorded.write_text(json.dumps(current, indent=2))
+
+
+def _resumable(section: str, field: str) -> bool:
+    fields = RESUMABLE_CHANGES.get(section, set())
+    return fields is None or field in fields
 
 
 def _same_as_recorded(settings: BaseModel, previous: dict, section: str, field: str, value) -> bool:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from torch.utils.data import ConcatDataset
 
 from neoembed.contrastive.data import (
@@ -339,6 +340,7 @@ def test_recipes_validate_and_unknown_fields_are_named(tmp_path):
     for name in ("contrastive-cpu.yaml", "contrastive-neobert.yaml"):
         settings = load_recipe(ROOT / "recipes" / name, ContrastiveSettings)
         assert settings.loss.temperature == 0.07 and settings.model.pooling == "mean"
+        assert [s.label for s in settings.eval.sets] == ["wordnet", "foldoc"]  # the cross-source set too
     paper = load_recipe(ROOT / "recipes" / "contrastive-neobert.yaml", ContrastiveSettings)
     assert paper.optim.betas == (0.9, 0.95) and paper.optim.warmup_steps == 2000
     assert paper.model.max_length == 1024 and paper.train.max_steps == 2000
@@ -352,3 +354,41 @@ def test_recipes_validate_and_unknown_fields_are_named(tmp_path):
         load_recipe(
             cpu, ContrastiveSettings, {"loss.matryoshka_dims": [64, 32], "loss.matryoshka_weights": [1]}
         )
+
+
+@pytest.mark.parametrize(
+    ("old", "write"),
+    [
+        ({"kind": "wordnet", "queries": 500}, "eval: {sets: [{kind: wordnet, queries: 500}, foldoc]}"),
+        ({"kind": "none"}, "eval: {sets: []}"),
+        (
+            {"kind": "records", "path": "p", "source": "s"},
+            "eval: {sets: [{kind: records, path: p, source: s}]}",
+        ),
+    ],
+)
+def test_a_recipe_with_the_replaced_eval_fields_is_told_what_to_write(tmp_path, old, write):
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump({"data": {"path": "d"}, "eval": old}))
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path, ContrastiveSettings)
+    message = str(err.value)
+    assert str(path) in message and f"eval.{next(iter(old))}" in message and f"`{write}`" in message
+    assert load_recipe(path, ContrastiveSettings, {"eval": yaml.safe_load(write.removeprefix("eval: "))})
+
+
+@pytest.mark.parametrize(
+    ("sets", "error"),
+    [
+        ([{"kind": "foldoc", "queries": 301}], "foldoc holds out 300 queries and 1500 definitions"),
+        ([{"kind": "records", "path": "p"}], "a records set needs path and source"),
+        ([{"kind": "wordnet", "source": "s"}], "path and source are for records sets, not wordnet"),
+        (
+            ["wordnet", {"kind": "records", "path": "p", "source": "wordnet"}],
+            "two held-out sets named 'wordnet'",
+        ),
+    ],
+)
+def test_held_out_sets_that_cannot_be_scored_honestly_are_refused(sets, error):
+    with pytest.raises(ValueError, match=error):
+        ContrastiveSettings.model_validate({"data": {"path": "d"}, "eval": {"sets": sets}})

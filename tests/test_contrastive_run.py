@@ -42,7 +42,7 @@ def recipe(build: Path, base: Path, out: Path, **train) -> dict:
             "threads": 1,
             **train,
         },
-        "eval": {"kind": "none"},
+        "eval": {"sets": []},
     }
 
 
@@ -95,6 +95,56 @@ def test_a_different_recipe_does_not_resume_a_run(tmp_path, build, minilm_path):
     settings["loss"] = {"temperature": 0.5}
     with pytest.raises(RecipeError, match="loss.temperature"):
         run_contrastive(ContrastiveSettings.model_validate(settings))
+
+
+def test_every_held_out_set_is_scored_before_during_and_after_training(tmp_path, build, minilm_path):
+    """WordNet and the cross-source FOLDOC set side by side: metrics.jsonl, summary, card, command output."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from neoembed.cli import app
+
+    run = tmp_path / "run"
+    plan = recipe(
+        build, tiny_encoder_dir(tmp_path, minilm_path), run, max_steps=2, save_steps=1, eval_steps=1
+    )
+    small = {"queries": 6, "corpus": 20}
+    plan["eval"] = {"sets": [{"kind": "wordnet", **small}, {"kind": "foldoc", **small}]}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run / "summary.json").read_text())
+
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [line for line in lines if "eval_foldoc_cosine_ndcg@10" in line]
+    assert [line["step"] for line in evals] == [0, 1, 2]  # before training, then every eval_steps
+    for line in evals:
+        assert line["eval_sequential_score"] == line["eval_wordnet_cosine_ndcg@10"]  # the first set decides
+    for stage, line in (("eval_before", evals[0]), ("eval_after", evals[-1])):
+        assert set(summary[stage]) == {"wordnet", "foldoc"}
+        for name in ("wordnet", "foldoc"):
+            assert summary[stage][name]["ndcg@10"] == round(line[f"eval_{name}_cosine_ndcg@10"], 4)
+    before, after = summary["eval_before"]["foldoc"]["ndcg@10"], summary["eval_after"]["foldoc"]["ndcg@10"]
+    assert f"held-out foldoc: ndcg@10 {before:.4f} -> {after:.4f} (" in result.output
+
+    card = (Path(summary["export"]) / "README.md").read_text()
+    assert "- foldoc: a computing term -> its FOLDOC definition: a source no training build reads" in card
+    assert "(6 queries, 20 documents)" in card
+    assert f"| foldoc | after fine-tuning | {after:.4f} |" in card
+    assert_card_states_the_run(Path(summary["export"]), summary, build)
+
+    # A resumed run states the scores before training from its step-0 line ...
+    for lost in ("checkpoint-2", "neobert-embed"):
+        shutil.rmtree(run / lost)
+    resumed = run_contrastive(ContrastiveSettings.model_validate(plan))
+    assert resumed["eval_before"] == summary["eval_before"]
+    # ... and may score other sets than it started with, though then it cannot say what they were before.
+    shutil.rmtree(run / "checkpoint-2")
+    plan["eval"] = {"sets": [{"kind": "foldoc", **small}]}
+    changed = run_contrastive(ContrastiveSettings.model_validate(plan))
+    assert changed["eval_before"] is None and set(changed["eval_after"]) == {"foldoc"}
 
 
 HIDE_NEOEMBED = """
@@ -186,7 +236,9 @@ def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(
 
     base = tiny_encoder_dir(tmp_path, minilm_path)
     settings = recipe(build, base, tmp_path / "run", max_steps=1)
-    settings["eval"] = {"kind": "records", "path": str(build), "source": "beta", "queries": 8, "corpus": 16}
+    settings["eval"] = {
+        "sets": [{"kind": "records", "path": str(build), "source": "beta", "queries": 8, "corpus": 16}]
+    }
     settings["data"]["prompts"] = {"gamma": {"query": "x"}}
     with pytest.raises(RecipeError, match="gamma"):
         run_contrastive(ContrastiveSettings.model_validate(settings))
@@ -206,7 +258,8 @@ def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(
     assert "beta_query" in (export / "README.md").read_text()
 
     trainer = build_trainer(ContrastiveSettings.model_validate(settings))  # same recipe: allowed
-    assert (trainer.evaluator.query_prompt, trainer.evaluator.corpus_prompt) == ("beta asks: ", "passage: ")
+    (evaluator,) = trainer.evaluator.evaluators
+    assert (evaluator.query_prompt, evaluator.corpus_prompt) == ("beta asks: ", "passage: ")
     exported = SentenceTransformer(str(export), device="cpu")
     for source, query_name in (("alpha", "query"), ("beta", "beta_query")):
         rows = [trainer.train_dataset[source][i] for i in range(3)]
@@ -281,15 +334,17 @@ def test_matryoshka_runs_report_each_dimension_and_export_the_full_one(tmp_path,
 
     base = tiny_encoder_dir(tmp_path, minilm_path)  # 32-dimensional
     settings = recipe(build, base, tmp_path / "run", max_steps=1)
-    settings["eval"] = {"kind": "records", "path": str(build), "source": "beta", "queries": 8, "corpus": 16}
+    settings["eval"] = {
+        "sets": [{"kind": "records", "path": str(build), "source": "beta", "queries": 8, "corpus": 16}]
+    }
     settings["loss"] = {"matryoshka_dims": [64, 16]}
     with pytest.raises(RecipeError, match="64 exceeds the model's 32-dimensional"):
         run_contrastive(ContrastiveSettings.model_validate(settings))
     settings["loss"] = {"matryoshka_dims": [32, 16, 8], "mini_batch_size": 2}
     summary = run_contrastive(ContrastiveSettings.model_validate(settings))
     for stage in ("eval_before", "eval_after"):
-        assert {"ndcg@10", "ndcg@10_dim16", "ndcg@10_dim8"} <= summary[stage].keys()
-        assert "ndcg@10_dim32" not in summary[stage]  # the full dimension is scored once
+        assert {"ndcg@10", "ndcg@10_dim16", "ndcg@10_dim8"} <= summary[stage]["beta"].keys()
+        assert "ndcg@10_dim32" not in summary[stage]["beta"]  # the full dimension is scored once
     export = Path(summary["export"])
     card = (export / "README.md").read_text()
     assert "Matryoshka embeddings at 32, 16, 8 dimensions" in card and "ndcg@10_dim8" in card
@@ -318,8 +373,11 @@ def assert_card_states_the_run(export: Path, summary: dict, build: Path) -> None
     assert "### Training Hyperparameters" in text and "text_key" not in text  # keys are no model input
     assert f"for **{summary['steps']} steps**" in text and f"Records: `{build}`" in text
     assert "- alpha: 48 rows\n- beta: 24 rows" in text
-    for stage, scores in (("before", summary["eval_before"]), ("after", summary["eval_after"])):
-        assert f"| {stage} fine-tuning | {scores['ndcg@10']:.4f} | {scores['recall@1']:.4f} |" in text
+    for name, after in summary["eval_after"].items():
+        before = summary["eval_before"][name]
+        assert f"| {name} | before fine-tuning | {before['ndcg@10']:.4f} | {before['recall@1']:.4f} |" in text
+        assert f"| {name} | after fine-tuning | {after['ndcg@10']:.4f} | {after['recall@1']:.4f} |" in text
+        assert f"| {name} | relative change | " in text
     recipe_yaml = text.split("### Recipe\n```yaml\n", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(recipe_yaml)["train"]["max_steps"] == summary["steps"]
 
@@ -337,6 +395,22 @@ def test_a_hub_base_model_is_the_cards_base_model(tmp_path, build, minilm_path):
     assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert "from **sentence-transformers/all-MiniLM-L6-v2**" in card.text
     assert "No held-out evaluation was run" in card.text
+
+
+def test_the_card_puts_before_and_after_side_by_side_per_set_and_marks_a_drop(tmp_path, minilm_path):
+    from neoembed.contrastive.model import build_model
+    from neoembed.contrastive.model_card import neoembed_section, training_facts
+
+    settings = ContrastiveSettings.model_validate({"data": {"path": "d"}})
+    model = build_model(str(tiny_encoder_dir(tmp_path, minilm_path)), "mean", 24)
+    before = {"wordnet": {"ndcg@10": 0.343}, "foldoc": {"ndcg@10": 0.684}}  # issue 17's numbers
+    after = {"wordnet": {"ndcg@10": 0.351}, "foldoc": {"ndcg@10": 0.657}}
+    heldout = {"wordnet": "WordNet examples", "foldoc": "FOLDOC terms"}
+    section = neoembed_section(training_facts(settings, model, {}, 119, before, after, heldout), {})
+    assert "| foldoc | before fine-tuning | 0.6840 | - | - | - |" in section
+    assert "| foldoc | after fine-tuning | 0.6570 | - | - | - |" in section
+    assert "| foldoc | relative change | **-3.9%** | - | - | - |" in section
+    assert "| wordnet | relative change | +2.3% | - | - | - |" in section
 
 
 DDP_WORKER = """

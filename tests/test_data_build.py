@@ -233,3 +233,59 @@ def test_negatives_that_are_evaluation_texts_are_dropped_and_counted():
     given = ["a passage from the MTEB TEST set.", "Another passage.", "Another passage."]
     kept, leaked = clean_negatives(given, query_key=1, positive_key=2, limits=limits, leak_keys=leak_keys)
     assert kept == ["Another passage."] and leaked == 1
+
+
+DICTIONARY = """
+name: dictionary
+description: a term -> definition source
+dataset: some/dictionary
+licence: l
+paper: release
+mapping: {query: term, positive: definition, negatives: [other]}
+"""
+
+
+def dictionary_build(root: Path, rows: list[dict]) -> BuildConfig:
+    path = root / "local" / "dictionary" / "train.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    manifests = write_manifests(root / "manifests", ["dictionary"], {"dictionary": DICTIONARY})
+    return BuildConfig(manifests=manifests, out=root / "out", local_data=root / "local", mine=False)
+
+
+def test_foldoc_held_out_texts_in_a_training_source_are_dropped_and_counted(tmp_path):
+    from neoembed.data.foldoc import foldoc_retrieval
+
+    queries, corpus, _ = foldoc_retrieval()
+    term = next(t for t in queries.values() if len(t) >= 12)  # long enough to pass the length filter
+    definition, other_definition = corpus["f1"], corpus["f2"]
+    config = dictionary_build(
+        tmp_path,
+        [
+            {"term": "what is this?", "definition": definition.upper() + "!", "other": "A kept negative."},
+            {"term": term, "definition": "Written elsewhere, not by FOLDOC.", "other": "A negative."},
+            {"term": "what is a cat?", "definition": "A small feline.", "other": other_definition},
+        ],
+    )
+    stats = build(config)
+    source = stats["sources"]["dictionary"]
+    assert source["dropped"]["leakage"] == 2
+    assert source["rows_dropped_for_leakage"] == {"foldoc": 2, "eval_texts": 0}
+    assert source["negatives_dropped_for_leakage"] == 1
+    assert stats["config"]["guarded_texts"]["foldoc"] > 1500
+    (row,) = read_source(config.out, "dictionary")
+    assert (row["query"], row["positive"], row["negatives"]) == ("what is a cat?", "A small feline.", [])
+    assert "foldoc 2 (" in (config.out / "stats.md").read_text()
+
+
+def test_a_change_of_the_guarded_texts_rebuilds_what_it_affects(tmp_path, monkeypatch):
+    import neoembed.data.leakage
+
+    rows = [{"term": f"question {i}", "definition": f"Answer number {i}.", "other": "n"} for i in range(3)]
+    config = dictionary_build(tmp_path, rows)
+    assert build(config)["sources"]["dictionary"]["kept"] == 3
+    guarded = neoembed.data.leakage.heldout_texts()
+    monkeypatch.setattr(neoembed.data.leakage, "heldout_texts", lambda: [*guarded, "Answer number 1."])
+    stats = build(config)  # the same output directory: a resume, were the fingerprint blind to the guard
+    assert stats["sources"]["dictionary"]["rows_dropped_for_leakage"]["foldoc"] == 1
+    assert [r["query"] for r in read_source(config.out, "dictionary")] == ["question 0", "question 2"]

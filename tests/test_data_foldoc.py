@@ -1,7 +1,6 @@
 """FOLDOC, the cross-source held-out set: parsed from Debian's dict-foldoc (installed into the cache if absent)."""
 
-from neoembed.data.foldoc import clean_definition, load_entries
-from neoembed.evaluation.local_tasks import foldoc_retrieval
+from neoembed.data.foldoc import clean_definition, foldoc_retrieval, heldout_texts, load_entries
 
 
 def test_definition_is_the_first_paragraph_as_plain_text():
@@ -21,3 +20,12 @@ def test_real_foldoc_entries_and_the_retrieval_set():
     assert (len(queries), len(corpus)) == (50, 200)
     assert all(relevant[q] and relevant[q] <= corpus.keys() for q in queries)
     assert foldoc_retrieval(n_queries=50, n_corpus=200) == (queries, corpus, relevant)  # same on every call
+
+
+def test_smaller_sets_are_prefixes_of_the_held_out_set_every_build_guards():
+    queries, corpus, _ = foldoc_retrieval()
+    assert (len(queries), len(corpus)) == (300, 1500)
+    guarded = set(heldout_texts())
+    assert guarded == {*queries.values(), *corpus.values()}
+    small_queries, small_corpus, _ = foldoc_retrieval(n_queries=20, n_corpus=60)
+    assert {*small_queries.values(), *small_corpus.values()} <= guarded

@@ -73,3 +73,12 @@ def test_a_failed_step_is_named_and_finished_steps_are_kept(tmp_path):
     results = run_steps([Step("first", "works", ok), Step("second", "fixed", ok)], tmp_path, Console())
     assert calls == ["ok", "ok"]  # the first step ran once; the fixed second ran on the re-run
     assert results["first"]["result"] == {"value": 1}
+
+
+def test_the_quickstart_table_and_the_local_benchmark_hold_every_local_task():
+    from neoembed.evaluation.tasks import select_tasks
+    from neoembed.quickstart.pipeline import DEFAULT
+
+    local = [task.metadata.name for task in select_tasks(benchmark="neoembed-local")]
+    assert "FOLDOCDefinitionRetrieval" in local  # the cross-source set
+    assert sorted(DEFAULT.tasks) == sorted(local)

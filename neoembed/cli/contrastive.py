@@ -13,14 +13,24 @@ def contrastive(settings: ContrastiveSettings) -> None:
     """Fine-tune an encoder into a sentence embedder with InfoNCE and export it as a sentence-transformers
     directory; extra `--section.field value` pairs override the recipe (e.g. --train.batch_size 64
     --model.base path/to/neobert). Re-running resumes from the newest complete checkpoint."""
+    from neoembed.contrastive.model_card import relative_change
     from neoembed.contrastive.train import run_contrastive
     from neoembed.runs import release_process_group
 
     summary = run_contrastive(settings)
     release_process_group()
     typer.echo(f"steps: {summary['steps']}")
-    for stage in ("eval_before", "eval_after"):
-        if summary.get(stage):
-            typer.echo(f"{stage}: " + ", ".join(f"{k} {v:.4f}" for k, v in summary[stage].items()))
+    before = summary["eval_before"] or {}
+    for name, after in summary["eval_after"].items():
+        scores = []
+        for metric, value in after.items():
+            was = before.get(name, {}).get(metric)
+            change = relative_change(was, value)
+            scores.append(
+                f"{metric} {value:.4f}"
+                if change is None
+                else f"{metric} {was:.4f} -> {value:.4f} ({change:+.1%})"
+            )
+        typer.echo(f"held-out {name}: " + ", ".join(scores))
     if summary.get("export"):
         typer.echo(f"exported: {summary['export']}")

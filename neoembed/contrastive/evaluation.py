@@ -1,22 +1,31 @@
-"""The held-out retrieval set scored during training, as sentence-transformers' InformationRetrievalEvaluator."""
+"""The held-out retrieval sets scored during training, as sentence-transformers' InformationRetrievalEvaluators.
+
+One evaluator per set (`eval.sets`) and per smaller Matryoshka dimension, run in sequence as one
+SequentialEvaluator; the first set's full-dimension nDCG@10 is the run's evaluation score. Each set's metrics
+are named after it: `<set>_cosine_ndcg@10`, `<set>_dim<d>_cosine_ndcg@10` (`eval_`-prefixed in metrics.jsonl).
+"""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 
 from sentence_transformers.sentence_transformer.evaluation import (
     InformationRetrievalEvaluator,
     SequentialEvaluator,
 )
 
-from neoembed.contrastive.settings import EvalSettings
+from neoembed.contrastive import prompts
+from neoembed.contrastive.settings import EvalSettings, HeldOutSet, PromptSettings
+from neoembed.data.foldoc import foldoc_retrieval
 from neoembed.evaluation.local_tasks import wordnet_example_retrieval
 
-NAME = "heldout"
 RECALL_AT = [1, 10, 100]
+HEADLINE = ["ndcg@10"] + [f"recall@{k}" for k in RECALL_AT]
 
 
-def records_retrieval(path: str, source: str, n_queries: int, n_corpus: int) -> tuple[dict, dict, dict]:
+def records_retrieval(
+    path: str, source: str, n_queries: int = 500, n_corpus: int = 2000
+) -> tuple[dict, dict, dict]:
     """Held-out records: each query -> its positive, among the positives of the first `n_corpus` rows."""
     from neoembed.contrastive.data import ContrastiveDataError
     from neoembed.data.records import RecordsError, load_records
@@ -35,58 +44,91 @@ def records_retrieval(path: str, source: str, n_queries: int, n_corpus: int) -> 
     return queries, {i: t for t, i in ids.items()}, relevant
 
 
-def evaluated_source(settings: EvalSettings) -> str:
-    """The source whose prompts the held-out texts get (the WordNet build's source is `wordnet`)."""
-    return settings.source if settings.kind == "records" else "wordnet"
+def retrieval_set(spec: HeldOutSet) -> tuple[dict, dict, dict]:
+    """(queries, corpus, relevant) of a held-out set, at its own size unless the recipe gives one."""
+    sizes = {k: v for k, v in (("n_queries", spec.queries), ("n_corpus", spec.corpus)) if v is not None}
+    if spec.kind == "wordnet":
+        return wordnet_example_retrieval(**sizes)
+    if spec.kind == "foldoc":
+        return foldoc_retrieval(**sizes)
+    return records_retrieval(spec.path, spec.source, **sizes)
+
+
+def prompt_source(spec: HeldOutSet) -> str | None:
+    """The source whose prompts a set's texts get: the WordNet build's source is `wordnet`; FOLDOC is no
+    training source, so it gets the default pair (the export's `query` / `document` prompts)."""
+    return {"wordnet": "wordnet", "foldoc": None}.get(spec.kind, spec.source)
+
+
+def metric_prefix(spec: HeldOutSet, dim: int | None = None) -> str:
+    return f"{spec.label}_dim{dim}" if dim else spec.label
 
 
 def build_evaluator(
-    settings: EvalSettings, prompts: tuple[str, str] = ("", ""), dims: list[int] = ()
-) -> InformationRetrievalEvaluator | SequentialEvaluator | None:
-    """The held-out set, its queries and documents prefixed with `prompts` (query, document) as in training;
-    with `dims` (Matryoshka), also scored on embeddings truncated to each of them (named heldout_dim<d>)."""
-    if settings.kind == "none":
+    settings: EvalSettings, source_prompts: Mapping[str, PromptSettings] | None = None, dims: list[int] = ()
+) -> SequentialEvaluator | None:
+    """Every held-out set, its queries and documents prefixed with the prompts training gives its source;
+    with `dims` (Matryoshka), each also scored on embeddings truncated to each of them. None without sets."""
+    if not settings.sets:
         return None
-    if settings.kind == "wordnet":
-        queries, corpus, relevant = wordnet_example_retrieval(settings.queries, settings.corpus)
-    else:
-        queries, corpus, relevant = records_retrieval(
-            settings.path, settings.source, settings.queries, settings.corpus
-        )
-
-    def evaluator(truncate_dim: int | None) -> InformationRetrievalEvaluator:
-        return InformationRetrievalEvaluator(
-            queries,
-            corpus,
-            relevant,
-            name=f"{NAME}_dim{truncate_dim}" if truncate_dim else NAME,
-            ndcg_at_k=[10],
-            precision_recall_at_k=RECALL_AT,
-            accuracy_at_k=[1, 10],
-            mrr_at_k=[10],
-            map_at_k=[100],
-            batch_size=settings.batch_size,
-            show_progress_bar=False,
-            query_prompt=prompts[0] or None,
-            corpus_prompt=prompts[1] or None,
-            truncate_dim=truncate_dim,
-        )
-
-    if not dims:
-        return evaluator(None)
-    # The full-dimension evaluator decides (best-checkpoint choice), the others only report.
-    return SequentialEvaluator([evaluator(None), *map(evaluator, dims)], main_score_function=lambda s: s[0])
+    evaluators = []
+    for spec in settings.sets:
+        queries, corpus, relevant = retrieval_set(spec)
+        query_prompt, corpus_prompt = prompts.resolve(source_prompts or {}, prompt_source(spec))
+        for dim in [None, *dims]:
+            evaluators.append(
+                InformationRetrievalEvaluator(
+                    queries,
+                    corpus,
+                    relevant,
+                    name=metric_prefix(spec, dim),
+                    ndcg_at_k=[10],
+                    precision_recall_at_k=RECALL_AT,
+                    accuracy_at_k=[1, 10],
+                    mrr_at_k=[10],
+                    map_at_k=[100],
+                    batch_size=settings.batch_size,
+                    show_progress_bar=False,
+                    query_prompt=query_prompt or None,
+                    corpus_prompt=corpus_prompt or None,
+                    truncate_dim=dim,
+                )
+            )
+    # The first set at full dimension decides (the run's evaluation score); the others report.
+    return SequentialEvaluator(evaluators, main_score_function=lambda scores: scores[0])
 
 
-def headline(metrics: dict) -> dict:
-    """nDCG@10 and recall@k from an evaluator's metrics (keys with or without the eval_ prefix), plus
-    `ndcg@10_dim<d>` for each truncated dimension scored."""
-    wanted = ["ndcg@10"] + [f"recall@{k}" for k in RECALL_AT]
+def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None) -> dict[str, str]:
+    """{set: what it is and its size}, for the model card."""
+    if evaluator is None:
+        return {}
+    sizes = {e.name: (len(e.queries), len(e.corpus)) for e in evaluator.evaluators}
+    what = {
+        "wordnet": "a WordNet example sentence -> its synset's definition, among definitions of synsets every "
+        "training build leaves out",
+        "foldoc": "a computing term -> its FOLDOC definition: a source no training build reads (every build "
+        "drops these texts), so a drop here says fine-tuning fit its training data rather than improving the "
+        "model",
+    }
     out = {}
-    for key, value in metrics.items():
-        for name in wanted:
-            if key.endswith(f"{NAME}_cosine_{name}"):
-                out[name] = round(float(value), 4)
-        if match := re.search(rf"{NAME}_dim(\d+)_cosine_ndcg@10$", key):
-            out[f"ndcg@10_dim{match[1]}"] = round(float(value), 4)
+    for spec in settings.sets:
+        queries, corpus = sizes[metric_prefix(spec)]
+        kind = (
+            what.get(spec.kind) or f"query -> positive of the records in `{spec.path}`, source {spec.source}"
+        )
+        out[spec.label] = f"{kind} ({queries:,} queries, {corpus:,} documents)"
+    return out
+
+
+def set_scores(metrics: Mapping[str, float], settings: EvalSettings, dims: list[int] = ()) -> dict:
+    """{set: {nDCG@10, recall@k, and `ndcg@10_dim<d>` per smaller dimension}} from an evaluator's metrics
+    (keys with or without the trainer's `eval_` prefix); a set the metrics do not hold is left out."""
+    metrics = {key.removeprefix("eval_"): value for key, value in metrics.items()}
+    out = {}
+    for spec in settings.sets:
+        wanted = {name: f"{metric_prefix(spec)}_cosine_{name}" for name in HEADLINE}
+        wanted |= {f"ndcg@10_dim{d}": f"{metric_prefix(spec, d)}_cosine_ndcg@10" for d in dims}
+        found = {name: round(float(metrics[key]), 4) for name, key in wanted.items() if key in metrics}
+        if found:
+            out[spec.label] = found
     return out

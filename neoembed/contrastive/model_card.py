@@ -4,7 +4,8 @@ While it trains, sentence-transformers' trainer fills the model's `SentenceTrans
 (hyperparameters, the loss and its configuration, per-source dataset statistics and examples, training logs,
 evaluator results), and the library's `generate_model_card` renders its card from it. neoembed adds what the
 library cannot see: the base model as the recipe named it, the records directory and the rows of each
-source, the steps trained, the held-out evaluation before and after fine-tuning, LoRA, Matryoshka and prompt
+source, the steps trained, each held-out set's scores before and after fine-tuning with the relative change (a
+drop on the cross-source set is the sign of a model that fit its training source), LoRA, Matryoshka and prompt
 usage, and the recipe, as one "Training with neoembed" section before the library's training details.
 """
 
@@ -39,19 +40,26 @@ class TrainingFacts:
     matryoshka_dims: list[int]
     data_path: str
     rows: dict[str, int]  # source -> rows trained on
-    evaluation: str  # what the held-out set is
+    heldout: dict[str, str]  # held-out set -> what it is
     metric_names: list[str]
-    scores: dict[str, dict[str, float]]  # "before fine-tuning" / "after fine-tuning" -> metric -> value
+    before: dict[str, dict[str, float]]  # held-out set -> metric -> value (empty: not measured)
+    after: dict[str, dict[str, float]]
     recipe: dict
 
 
 def training_facts(
-    settings: ContrastiveSettings, model, sources: dict, steps: int, before: dict | None, after: dict | None
+    settings: ContrastiveSettings,
+    model,
+    sources: dict,
+    steps: int,
+    before: dict | None,
+    after: dict | None,
+    heldout: dict[str, str] | None = None,
 ) -> TrainingFacts:
-    """The facts of a finished run of `settings` that trained `model` on `sources` for `steps` steps."""
+    """The facts of a finished run of `settings` that trained `model` on `sources` for `steps` steps and
+    scored the `heldout` sets (name -> description) `before` and `after` (set -> metric -> value)."""
     dimension = model.get_embedding_dimension()
     dims = settings.loss.matryoshka_dims or []
-    scores = {"before fine-tuning": before, "after fine-tuning": after}
     return TrainingFacts(
         name=Path(settings.export.path or "neobert-embed").name,
         base_model=MINILM_ALIASES[-1] if settings.model.base in MINILM_ALIASES else settings.model.base,
@@ -66,10 +74,11 @@ def training_facts(
         matryoshka_dims=dims,
         data_path=str(settings.data.path),
         rows={name: len(d) for name, d in sources.items()},
-        evaluation=f"held-out {settings.eval.kind} retrieval",
+        heldout=heldout or {},
         metric_names=["ndcg@10", "recall@1", "recall@10", "recall@100"]
         + [f"ndcg@10_dim{d}" for d in dims if d != dimension],
-        scores={stage: values for stage, values in scores.items() if values},
+        before=before or {},
+        after=after or {},
         recipe=settings.model_dump(mode="json"),
     )
 
@@ -89,6 +98,32 @@ def model_card(model, facts: TrainingFacts) -> str:
     if not heading:  # another library version's template: the section goes last
         return f"{library_card.rstrip()}\n\n{section}"
     return f"{head}\n{section}{heading}{tail}"
+
+
+def relative_change(before: float | None, after: float | None) -> float | None:
+    """(after - before) / before; None where either score is missing or the base scored 0."""
+    return None if not before or after is None else (after - before) / before
+
+
+def _change_cell(before: float | None, after: float | None) -> str:
+    change = relative_change(before, after)
+    if change is None:
+        return "-"
+    return f"**{change:+.1%}**" if change < 0 else f"{change:+.1%}"  # a drop stands out
+
+
+def score_table(facts: TrainingFacts) -> str:
+    """Markdown: per held-out set a row before and a row after fine-tuning, and the relative change."""
+    names = facts.metric_names
+    lines = ["| held-out set | | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    for label in facts.heldout:
+        before, after = facts.before.get(label, {}), facts.after.get(label, {})
+        for stage, values in (("before fine-tuning", before), ("after fine-tuning", after)):
+            cells = [f"{values[m]:.4f}" if m in values else "-" for m in names]
+            lines.append(f"| {label} | {stage} | " + " | ".join(cells) + " |")
+        cells = [_change_cell(before.get(m), after.get(m)) for m in names]
+        lines.append(f"| {label} | relative change | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def is_hub_id(name: str) -> bool:
@@ -118,12 +153,12 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         else "Trained without instruction prompts: encode texts as they are.\n"
     )
     rows = "\n".join(f"- {name}: {n} rows" for name, n in facts.rows.items())
-    header = "| model | " + " | ".join(facts.metric_names) + " |\n|---|" + "---|" * len(facts.metric_names)
-    scores = "\n".join(
-        f"| {stage} | " + " | ".join(f"{values.get(m, float('nan')):.4f}" for m in facts.metric_names) + " |"
-        for stage, values in facts.scores.items()
+    sets = "\n".join(f"- {label}: {description}" for label, description in facts.heldout.items())
+    evaluation = (
+        f"{sets}\n\n{score_table(facts)}"
+        if facts.heldout
+        else "No held-out evaluation was run (eval.sets empty)."
     )
-    evaluation = f"{header}\n{scores}" if scores else "No held-out evaluation was run (eval.kind none)."
     recipe = yaml.safe_dump(facts.recipe, sort_keys=False).strip()
     return f"""## Training with neoembed
 
@@ -143,7 +178,7 @@ model = SentenceTransformer("{facts.name}")
 Records: `{facts.data_path}`
 {rows}
 
-### Held-out evaluation ({facts.evaluation})
+### Held-out evaluation
 {evaluation}
 
 ### Recipe

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import yaml
 from pydantic import Field, model_validator
 
+from neoembed.data.foldoc import HELDOUT_CORPUS, HELDOUT_QUERIES
 from neoembed.recipes import PackagedFile, StrictSettings
 
 
@@ -88,20 +90,82 @@ class TrainSettings(StrictSettings):
     max_minutes: float | None = Field(default=None, gt=0.0)  # stop (and save) once training took this long
 
 
-class EvalSettings(StrictSettings):
-    """A held-out retrieval set scored during training (nDCG@10, recall@k)."""
+class HeldOutSet(StrictSettings):
+    """A held-out retrieval set scored before, during and after training (nDCG@10, recall@k). A bare name,
+    `wordnet` or `foldoc`, stands for `{kind: name}`."""
 
-    kind: Literal["wordnet", "records", "none"] = "wordnet"
-    path: str | None = None  # kind=records: a build-data output holding held-out records
-    source: str | None = None  # kind=records: which source of it
-    queries: int = Field(default=500, gt=0)
-    corpus: int = Field(default=2000, gt=0)
-    batch_size: int = Field(default=64, gt=0)
+    kind: Literal["wordnet", "foldoc", "records"]
+    """wordnet: held-out example sentence -> definition; foldoc: FOLDOC computing term -> definition, a source
+    no training build reads; records: a held-out build's query -> positive."""
+    path: str | None = None  # records: a build-data output holding held-out records
+    source: str | None = None  # records: which source of it
+    name: str | None = None  # in metric names and reports; None: the kind (records: the source)
+    queries: int | None = Field(
+        default=None, gt=0
+    )  # None: the set's own size (wordnet 500, foldoc 300, records 500)
+    corpus: int | None = Field(default=None, gt=0)  # None: wordnet 2,000, foldoc 1,500, records 2,000
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value):
+        return {"kind": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _records_need_path(self):
+    def _check(self):
         if self.kind == "records" and not (self.path and self.source):
-            raise ValueError("kind records needs path and source")
+            raise ValueError("a records set needs path and source")
+        if self.kind != "records" and (self.path or self.source):
+            raise ValueError(f"path and source are for records sets, not {self.kind}")
+        # Only the full FOLDOC set is kept out of training builds (a smaller one is a prefix of it).
+        if self.kind == "foldoc" and (
+            (self.queries or 0) > HELDOUT_QUERIES or (self.corpus or 0) > HELDOUT_CORPUS
+        ):
+            raise ValueError(
+                f"foldoc holds out {HELDOUT_QUERIES} queries and {HELDOUT_CORPUS} definitions from every "
+                "training build; ask for at most those"
+            )
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or (self.source if self.kind == "records" else self.kind)
+
+
+REPLACED_EVAL_FIELDS = ("kind", "path", "source", "queries", "corpus")
+
+
+class EvalSettings(StrictSettings):
+    """The held-out retrieval sets scored before, during and after training."""
+
+    sets: list[HeldOutSet] = Field(
+        default_factory=lambda: [HeldOutSet(kind="wordnet"), HeldOutSet(kind="foldoc")]
+    )
+    """e.g. [wordnet, foldoc] or [{kind: records, path: P, source: S}]; [] scores nothing. The first set's
+    nDCG@10 is the run's evaluation score."""
+    batch_size: int = Field(default=64, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced_fields(cls, value):
+        """A recipe written for the single held-out set of earlier versions gets told the new form."""
+        if not isinstance(value, dict) or not (old := [f for f in REPLACED_EVAL_FIELDS if f in value]):
+            return value
+        kind = value.get("kind", "wordnet")
+        single = {f: value[f] for f in REPLACED_EVAL_FIELDS if f in value and f != "kind"}
+        sets = [] if kind == "none" else [{"kind": kind, **single} if single else kind]
+        if kind == "wordnet":
+            sets.append("foldoc")
+        suggestion = yaml.safe_dump({"sets": sets}, default_flow_style=True, sort_keys=False).strip()
+        raise ValueError(
+            f"{', '.join(f'eval.{f}' for f in old)}: replaced by eval.sets, a list of held-out sets "
+            f"(foldoc is the cross-source one); for this recipe write `eval: {suggestion}`"
+        )
+
+    @model_validator(mode="after")
+    def _distinct_names(self):
+        labels = [s.label for s in self.sets]
+        if twice := sorted({label for label in labels if labels.count(label) > 1}):
+            raise ValueError(f"two held-out sets named {twice[0]!r}: give one a `name`")
         return self
 
 

@@ -10,6 +10,7 @@ model card.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from neoembed.contrastive.data import (
     text_columns,
     text_keys,
 )
-from neoembed.contrastive.evaluation import build_evaluator, evaluated_source, headline
+from neoembed.contrastive.evaluation import build_evaluator, describe_sets, set_scores
 from neoembed.contrastive.export import declared_max_seq_length, export_model
 from neoembed.contrastive.lora import add_lora
 from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
@@ -168,11 +169,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     dims = matryoshka_dims(settings, model.get_embedding_dimension())
     if dims:
         loss = with_matryoshka(model, loss, dims, settings.loss.matryoshka_weights)
-    evaluator = build_evaluator(
-        settings.eval,
-        prompts.resolve(settings.data.prompts, evaluated_source(settings.eval)),
-        [d for d in dims if d != model.get_embedding_dimension()],
-    )
+    evaluator = build_evaluator(settings.eval, settings.data.prompts, scored_dims(settings, model))
     columns = {name: text_columns(d) for name, d in sources.items()}
     args = training_arguments(
         settings, evaluator is not None, prompts.training_prompts(settings.data.prompts, columns)
@@ -215,21 +212,67 @@ def matryoshka_dims(settings: ContrastiveSettings, dimension: int) -> list[int]:
     return dims
 
 
+def scored_dims(settings: ContrastiveSettings, model) -> list[int]:
+    """The Matryoshka dimensions the held-out sets are also scored at: those below the full one."""
+    dimension = model.get_embedding_dimension()
+    return [d for d in matryoshka_dims(settings, dimension) if d != dimension]
+
+
+def evaluate(trainer: ContrastiveTrainer) -> dict:
+    """The held-out sets' metrics for the model as it is now: the trainer's own evaluation at this step when
+    it made one, else a new one, appended to metrics.jsonl as the trainer logs its evaluations."""
+    step = trainer.state.global_step
+    made = [
+        e
+        for e in trainer.state.log_history
+        if e.get("step") == step and any(k.startswith("eval_") for k in e)
+    ]
+    if made:
+        return made[-1]
+    metrics = trainer.evaluator(trainer.model)
+    if trainer.is_world_process_zero():
+        path = Path(trainer.args.output_dir) / METRICS_FILE
+        append_jsonl(path, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}})
+    return metrics
+
+
+def recorded_before(settings: ContrastiveSettings) -> dict:
+    """A resumed run's step-0 metrics from its metrics.jsonl, if it recorded them with the same held-out sets
+    it scores now (the eval section may change on resume)."""
+    output_dir = Path(settings.train.output_dir)
+    recorded = json.loads((output_dir / "recipe.json").read_text())
+    if (
+        recorded.get("eval") != settings.eval.model_dump(mode="json")
+        or not (output_dir / METRICS_FILE).exists()
+    ):
+        return {}
+    lines = (json.loads(line) for line in (output_dir / METRICS_FILE).read_text().splitlines())
+    return next(
+        (line for line in lines if line.get("step") == 0 and any(k.startswith("eval_") for k in line)), {}
+    )
+
+
 def run_contrastive(settings: ContrastiveSettings) -> dict:
-    """Train per `settings` (resuming from the newest complete checkpoint), export, and return a summary."""
+    """Train per `settings` (resuming from the newest complete checkpoint), export, and return a summary with
+    each held-out set's scores before and after training."""
     trainer = build_trainer(settings)
-    model, evaluator, sources = trainer.model, trainer.evaluator, trainer.train_dataset
+    model, sources = trainer.model, trainer.train_dataset
     output_dir = Path(settings.train.output_dir)
     resume = last_complete_checkpoint(output_dir)
-    before = headline(evaluator(model)) if evaluator is not None and resume is None else None
-    if before and trainer.is_world_process_zero():
-        append_jsonl(output_dir / METRICS_FILE, {"step": 0, **{f"eval_{k}": v for k, v in before.items()}})
+    dims = scored_dims(settings, model)
+    before = after = None
+    if trainer.evaluator is not None:
+        before = set_scores(
+            evaluate(trainer) if resume is None else recorded_before(settings), settings.eval, dims
+        )
     trainer.train(resume_from_checkpoint=resume)
-    after = headline(evaluator(model)) if evaluator is not None else {}
-    summary = {"steps": trainer.state.global_step, "eval_before": before, "eval_after": after}
+    if trainer.evaluator is not None:
+        after = set_scores(evaluate(trainer), settings.eval, dims)
+    summary = {"steps": trainer.state.global_step, "eval_before": before or None, "eval_after": after or {}}
     if trainer.is_world_process_zero():
         export_path = Path(settings.export.path or output_dir / "neobert-embed")
-        facts = training_facts(settings, model, sources, summary["steps"], before, after)
+        heldout = describe_sets(settings.eval, trainer.evaluator)
+        facts = training_facts(settings, model, sources, summary["steps"], before, after, heldout)
         named = prompts.named_prompts(settings.data.prompts, sources)
         facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
             model, settings.export.max_seq_length

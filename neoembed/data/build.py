@@ -20,6 +20,7 @@ import hashlib
 import json
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -30,10 +31,11 @@ import pyarrow.parquet as pq
 from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 from tqdm import tqdm
 
+from neoembed.data.leakage import leak_guard
 from neoembed.data.manifest import load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
-from neoembed.data.prepare import FORMAT_VERSION, prepare_source, read_eval_keys, staging_paths
+from neoembed.data.prepare import FORMAT_VERSION, prepare_source, staging_paths
 from neoembed.data.stats import render_markdown
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
@@ -84,7 +86,7 @@ class BuildConfig(StrictSettings):
     local_data: Path | None = None
     """Offline copies: DIR/<source> replaces the hub dataset of that source."""
     eval_texts: tuple[Path, ...] = ()
-    """Leakage guard: .txt (a text a line) or .jsonl ('text') files; repeatable."""
+    """Leakage guard beyond FOLDOC's held-out set: .txt (a text a line) or .jsonl ('text') files; repeatable."""
     max_rows: int | None = Field(None, ge=1)
     """Rows read per source; 0 reads all."""
     rows_per_shard: int = Field(100_000, ge=1)
@@ -154,6 +156,7 @@ class Build:
         self.manifests = load_manifests(config.manifests, list(config.sources) if config.sources else None)
         self.log_path = self.out / "build.jsonl"
         self._miner: Miner | None = None
+        self.guard = leak_guard(config.eval_texts)
 
     def log(self, event: str, **fields) -> None:
         append_jsonl(self.log_path, {"time": round(time.time(), 3), "event": event, **fields})
@@ -161,14 +164,21 @@ class Build:
     # Stage 1 ---------------------------------------------------------------------------------------------
 
     def prepare(self) -> dict[str, dict]:
-        leak_keys, leak_digest = read_eval_keys(self.config.eval_texts)
         seen: set[int] = set()
         staged, previous = {}, ""
         for name, (manifest, manifest_sha) in self.manifests.items():
-            fingerprint = _sha(FORMAT_VERSION, previous, manifest_sha, leak_digest, self.config.max_rows)
+            fingerprint = _sha(
+                FORMAT_VERSION, previous, manifest_sha, self.guard.digest, self.config.max_rows
+            )
             started = time.perf_counter()
             staged[name] = prepare_source(
-                manifest, fingerprint, self.out, seen, leak_keys, self.config.local_data, self.config.max_rows
+                manifest,
+                fingerprint,
+                self.out,
+                seen,
+                self.guard,
+                self.config.local_data,
+                self.config.max_rows,
             )
             self.log(
                 "prepare",
@@ -282,6 +292,7 @@ class Build:
                 "rows_per_shard": self.config.rows_per_shard,
                 "mining": self.config.mining.model_dump() if self.config.mine else None,
                 "eval_texts": [str(p) for p in self.config.eval_texts],
+                "guarded_texts": self.guard.sizes(),  # leakage guard: held-out set -> distinct texts
             },
             "sources": sources,
             "total": _total(sources),
@@ -342,6 +353,8 @@ def _source_stats(staged: dict, parts: list[dict]) -> dict:
         "rows_available": staged["rows_available"],
         "expected_rows": staged["expected_rows"],
         "dropped": staged["dropped"],
+        "rows_dropped_for_leakage": staged["rows_dropped_for_leakage"],
+        "negatives_dropped_for_leakage": staged["negatives_dropped_for_leakage"],
         "kept": staged["kept"],
         "rows_out": rows,
         "parts": len(parts),
@@ -356,11 +369,16 @@ def _source_stats(staged: dict, parts: list[dict]) -> dict:
 
 
 def _total(sources: dict) -> dict:
+    leaked = Counter()  # update, unlike +, keeps a guarded set that dropped nothing
+    for source in sources.values():
+        leaked.update(source["rows_dropped_for_leakage"])
     total = {
         "rows_read": sum(s["rows_read"] for s in sources.values()),
         "kept": sum(s["kept"] for s in sources.values()),
         "rows_out": sum(s["rows_out"] for s in sources.values()),
         "dropped": {r: sum(s["dropped"][r] for s in sources.values()) for r in REASONS},
+        "rows_dropped_for_leakage": dict(leaked),
+        "negatives_dropped_for_leakage": sum(s["negatives_dropped_for_leakage"] for s in sources.values()),
     }
     negatives = sum(s["negatives_per_row"] * s["rows_out"] for s in sources.values())
     total["negatives_per_row"] = round(negatives / total["rows_out"], 3) if total["rows_out"] else 0.0

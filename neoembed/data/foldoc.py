@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import random
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,12 @@ _URL_IN_REF = re.compile(r"\s*\((?:https?|ftp)://[^)]*\)")
 _CITATION = re.compile(r"\[[^\]]*\]")
 _DATE = re.compile(r"\(\d{4}-\d{2}-\d{2}\)")
 MAX_WORDS = 64  # a definition is its first paragraph, cut to this many words (one screenful, ~100 tokens)
+MIN_WORDS = 6  # shorter bodies are mostly cross-references ("See {dash}"), not definitions
+# The held-out set: its term queries and definitions (FOLDOCDefinitionRetrieval's sizes). A smaller set is a
+# prefix of it, so every build's leakage guard, which drops these texts, covers it too.
+HELDOUT_QUERIES = 300
+HELDOUT_CORPUS = 1500
+SEED = 0
 
 
 @dataclass(frozen=True)
@@ -84,3 +92,30 @@ def _load(path: Path) -> tuple[Entry, ...]:
 def load_entries(path: Path | str | None = None) -> list[Entry]:
     """Every FOLDOC entry with a definition, in file order."""
     return list(_load(Path(path) if path is not None else foldoc_dir()))
+
+
+def foldoc_retrieval(
+    n_queries: int = HELDOUT_QUERIES, n_corpus: int = HELDOUT_CORPUS
+) -> tuple[dict, dict, dict]:
+    """A term -> its FOLDOC definition, among `n_corpus` definitions; every entry defining the term (in any
+    letter case) is relevant. Entries in a fixed pseudo-random order, the same on every machine, so smaller
+    sets are prefixes of larger ones."""
+    entries = sorted(
+        (e for e in load_entries() if len(e.definition.split()) >= MIN_WORDS), key=lambda e: e.headwords
+    )
+    random.Random(SEED).shuffle(entries)
+    corpus = entries[:n_corpus]
+    defines = defaultdict(set)  # lower-cased term -> ids of the corpus entries it heads
+    for i, entry in enumerate(corpus):
+        for word in entry.headwords:
+            defines[word.lower()].add(f"f{i}")
+    queries = {f"q{i}": entry.headwords[0] for i, entry in enumerate(corpus[:n_queries])}
+    relevant = {q: defines[term.lower()] for q, term in queries.items()}
+    return queries, {f"f{i}": entry.definition for i, entry in enumerate(corpus)}, relevant
+
+
+def heldout_texts() -> list[str]:
+    """The texts of the full held-out set, its terms and its definitions: what every build keeps out of
+    training (the leakage guard)."""
+    queries, corpus, _ = foldoc_retrieval()
+    return [*queries.values(), *corpus.values()]

@@ -7,10 +7,8 @@ fingerprint chained over the sources before it, so a resumed build reuses finish
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from neoembed.data.leakage import LeakGuard
 from neoembed.data.manifest import Manifest, check_columns
 from neoembed.data.mapping import FieldPath, RowError
 from neoembed.data.normalize import (
@@ -45,29 +44,11 @@ STAGING_SCHEMA = pa.schema(
     ]
 )
 BATCH_ROWS = 10_000
-FORMAT_VERSION = "3"  # bump when normalisation or filtering changes, so old staging is rebuilt
+FORMAT_VERSION = "4"  # bump when normalisation or filtering changes, so old staging is rebuilt
 
 
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:
     return out / "staging" / f"{name}.parquet", out / "staging" / f"{name}.json"
-
-
-def read_eval_keys(files: Iterable[Path]) -> tuple[set[int], str]:
-    """Normalised keys of evaluation texts: `.txt` one text a line, `.jsonl` a `text` field a line."""
-    keys: set[int] = set()
-    digest = hashlib.sha256()
-    for file in sorted(Path(f) for f in files):
-        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            if file.suffix == ".jsonl":
-                try:
-                    line = json.loads(line)["text"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise ValueError(f"{file}:{lineno}: expected a JSON object with a 'text' field") from None
-            keys.add(text_key(clean(line)))
-        digest.update(file.read_bytes())
-    return keys, digest.hexdigest()
 
 
 def prepare_source(
@@ -75,7 +56,7 @@ def prepare_source(
     fingerprint: str,
     out: Path,
     seen: set[int],
-    leak_keys: set[int],
+    guard: LeakGuard,
     local_root: Path | None,
     max_rows: int | None,
 ) -> dict:
@@ -94,7 +75,7 @@ def prepare_source(
     paths = manifest.mapping.paths()
     limits = Limits(manifest.options.min_chars, manifest.options.max_chars, manifest.options.min_score)
     dropped = dict.fromkeys(REASONS, 0)
-    leaked_negatives = 0
+    leak_keys, leaked_rows, leaked_negatives = guard.keys, dict.fromkeys(guard.sets, 0), 0
     malformed_example = None
     query_lengths, positive_lengths, negative_counts = [], [], []
 
@@ -119,6 +100,7 @@ def prepare_source(
                 reason = check(query, positive, query_key, positive_key, score, limits)
                 if reason is None and (query_key in leak_keys or positive_key in leak_keys):
                     reason = "leakage"
+                    leaked_rows[guard.match(query_key, positive_key)] += 1
                 if reason is None:
                     pair = pair_key(query_key, positive_key)
                     reason = "duplicate" if pair in seen else None
@@ -148,6 +130,7 @@ def prepare_source(
         "expected_rows": manifest.expected_rows,
         "kept": len(query_lengths),
         "dropped": dropped,
+        "rows_dropped_for_leakage": leaked_rows,  # guarded set -> rows (dropped["leakage"] in all)
         "negatives_dropped_for_leakage": leaked_negatives,
         "malformed_example": malformed_example,
         "given_negatives_per_row": round(float(np.mean(negative_counts)), 3) if negative_counts else 0.0,

@@ -28,6 +28,15 @@ def render_markdown(stats: dict) -> str:
         lines.append(_row([name, *cells, s["negatives_per_row"]]))
     cells = [total["rows_read"], *(total["dropped"][r] for r in reasons), total["kept"], total["rows_out"]]
     lines.append(_row(["**total**", *cells, total["negatives_per_row"]]))
+    guarded = ", ".join(
+        f"{name} {total['rows_dropped_for_leakage'].get(name, 0)} ({count:,} texts guarded)"
+        for name, count in stats["config"]["guarded_texts"].items()
+    )
+    lines += [
+        "",
+        f"Leakage guard: rows dropped because their query or positive is a held-out text: {guarded}; "
+        f"negatives dropped: {total['negatives_dropped_for_leakage']}.",
+    ]
 
     lines += [
         "",

@@ -3,8 +3,9 @@
 mteb's own tasks download their data from the Hugging Face hub; these build theirs from Debian text packages
 on this machine: WordNet (``neoembed.data.wordnet``), using only synsets that ``split_of`` holds out from
 training, so a model fine-tuned on neoembed's WordNet pairs is not tested on its training data; and FOLDOC
-(``neoembed.data.foldoc``), a computing dictionary no training build reads: the cross-source check that
-fine-tuning improved the model rather than fitting WordNet. They run through
+(``neoembed.data.foldoc``, where its held-out sample ``foldoc_retrieval`` is defined, beside the reader, so
+that every build's leakage guard can drop its texts), a computing dictionary no training build reads: the
+cross-source check that fine-tuning improved the model rather than fitting WordNet. They run through
 ``mteb.evaluate`` like any other task and are selected by name with ``--tasks`` (or all at once with
 ``--benchmark neoembed-local``).
 
@@ -14,7 +15,7 @@ fine-tuning improved the model rather than fitting WordNet. They run through
 - ``WordNetPOSClassification`` (Classification): the part of speech of a gloss's headword.
 - ``FOLDOCDefinitionRetrieval`` (Retrieval): a computing term -> its FOLDOC definition.
 
-Sizes are small on purpose: all four run in seconds for MiniLM on two CPU cores.
+Sizes are small on purpose: all five run in seconds for MiniLM on two CPU cores.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
-from neoembed.data.foldoc import load_entries
+from neoembed.data.foldoc import foldoc_retrieval
 from neoembed.data.wordnet import Synset, load_synsets, split_of
 
 # Bump when the sampling below changes: it is the tasks' dataset revision, so cached results of an older
@@ -83,7 +84,7 @@ def definition_retrieval_split(n_corpus: int = 800, n_queries: int = 200) -> Ret
     )
 
 
-def wordnet_example_retrieval(n_queries: int, n_corpus: int) -> tuple[dict, dict, dict]:
+def wordnet_example_retrieval(n_queries: int = 500, n_corpus: int = 2000) -> tuple[dict, dict, dict]:
     """Held-out WordNet synsets: an example sentence -> the gloss of its synset among `n_corpus` glosses."""
     synsets = [s for s in heldout_synsets() if s.gloss]
     with_examples = [s for s in synsets if s.examples][:n_queries]
@@ -97,30 +98,9 @@ def wordnet_example_retrieval(n_queries: int, n_corpus: int) -> tuple[dict, dict
     return queries, corpus, relevant
 
 
-def example_retrieval_split(n_queries: int = 500, n_corpus: int = 2000) -> RetrievalSplitData:
+def example_retrieval_split() -> RetrievalSplitData:
     """`wordnet_example_retrieval` as an mteb split."""
-    return _retrieval_split(*wordnet_example_retrieval(n_queries, n_corpus))
-
-
-FOLDOC_MIN_WORDS = 6  # shorter bodies are mostly cross-references ("See {dash}"), not definitions
-
-
-def foldoc_retrieval(n_queries: int = 300, n_corpus: int = 1500) -> tuple[dict, dict, dict]:
-    """A term -> its FOLDOC definition, among `n_corpus` definitions; every entry defining the term (in any
-    letter case) is relevant. Entries in a fixed pseudo-random order, the same on every machine."""
-    entries = sorted(
-        (e for e in load_entries() if len(e.definition.split()) >= FOLDOC_MIN_WORDS),
-        key=lambda e: e.headwords,
-    )
-    random.Random(SEED).shuffle(entries)
-    corpus = entries[:n_corpus]
-    defines = defaultdict(set)  # lower-cased term -> ids of the corpus entries it heads
-    for i, entry in enumerate(corpus):
-        for word in entry.headwords:
-            defines[word.lower()].add(f"f{i}")
-    queries = {f"q{i}": entry.headwords[0] for i, entry in enumerate(corpus[:n_queries])}
-    relevant = {q: defines[term.lower()] for q, term in queries.items()}
-    return queries, {f"f{i}": entry.definition for i, entry in enumerate(corpus)}, relevant
+    return _retrieval_split(*wordnet_example_retrieval())
 
 
 def _retrieval_split(queries: dict, corpus: dict, relevant: dict) -> RetrievalSplitData:

@@ -6,7 +6,7 @@ Every step runs the same `neoembed` command a user would type, under one run dir
 2. `pretrain`     a small NeoBERT, masked language modelling on WordNet text (the packaged pretrain-cpu recipe)
 3. `contrastive`  that NeoBERT fine-tuned with InfoNCE into `neobert-embed`
 4. `contrastive`  all-MiniLM-L6-v2 fine-tuned the same way into `minilm-embed`
-5. `mteb-eval`    base and fine-tuned models and bm25 on the held-out WordNet tasks, one table
+5. `mteb-eval`    base and fine-tuned models and bm25 on the held-out WordNet tasks and FOLDOC, one table
 6. `index build`  a FAISS index of WordNet glosses embedded by the fine-tuned MiniLM, then `search`
 7. a fresh Python process loads `SentenceTransformer("neobert-embed")`
 
@@ -22,6 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from neoembed.quickstart.examples import LOAD_SNIPPET, search_queries, write_gloss_corpus
@@ -33,7 +34,9 @@ LOCAL_TASKS = (
     "WordNetDefinitionRetrieval",
     "WordNetSynonymPairClassification",
     "WordNetPOSClassification",
+    "FOLDOCDefinitionRetrieval",  # a source the training data never came from
 )
+HELDOUT_SETS = ("wordnet", "foldoc")  # the contrastive-cpu recipe's, resized by Sizes.eval_*
 SEARCH_QUERIES = 3  # held-out example sentences searched in the index
 
 
@@ -45,8 +48,9 @@ class Sizes:
     neobert_lr: float = 1e-3  # a small, briefly pretrained model needs a larger step than a mature one
     minilm_steps: int = 100
     batch_size: int = 32  # rows per contrastive step; every text in a batch distinct
-    eval_queries: int = 500  # held-out retrieval set scored during fine-tuning
-    eval_corpus: int = 2000
+    # Queries and documents of each held-out set scored during fine-tuning; None: each set's own size.
+    eval_queries: int | None = None
+    eval_corpus: int | None = None
     tasks: tuple[str, ...] = LOCAL_TASKS
     # The tiny CPU-pretrained NeoBERT knows too little English to search well, so the index uses the
     # fine-tuned MiniLM; 20k glosses (those searched among them) keep its embedding to about a minute.
@@ -90,7 +94,9 @@ class Quickstart:
                 "minilm-embed", "fine-tune all-MiniLM-L6-v2 with the same recipe", self.fine_tune_minilm
             ),
             self._step(
-                "evaluate", "base and fine-tuned models and bm25 on held-out WordNet tasks", self.evaluate
+                "evaluate",
+                "base and fine-tuned models and bm25 on held-out WordNet tasks and FOLDOC",
+                self.evaluate,
             ),
             self._step(
                 "index", f"FAISS index of WordNet glosses, embedded by {self.sizes.index_model}", self.index
@@ -152,8 +158,13 @@ class Quickstart:
         args += ["--export.path", self.run_dir / name, "--train.threads", self.threads]
         args += ["--train.batch_size", self.sizes.batch_size]
         args += ["--train.eval_steps", steps, "--train.save_steps", save_every]
-        args += ["--eval.queries", self.sizes.eval_queries, "--eval.corpus", self.sizes.eval_corpus, *extra]
-        self._run(args)
+        if self.sizes.eval_queries or self.sizes.eval_corpus:
+            sized = [
+                {"kind": kind, "queries": self.sizes.eval_queries, "corpus": self.sizes.eval_corpus}
+                for kind in HELDOUT_SETS
+            ]
+            args += ["--eval.sets", yaml.safe_dump(sized, default_flow_style=True, sort_keys=False).strip()]
+        self._run([*args, *extra])
         return json.loads((out / "summary.json").read_text())
 
     def evaluate(self, run_dir: Path) -> dict:
