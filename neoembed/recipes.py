@@ -35,6 +35,19 @@ class StrictSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
+    @classmethod
+    def of(cls: type[Settings], settings: Settings | None = None, /, **fields: Any) -> Settings:
+        """`settings` (default: the defaults) with `fields` set: how a library function takes either its
+        settings or the same fields as keyword arguments. A bad field is an `InputError` naming it."""
+        if settings is not None and not fields:
+            return settings
+        data = settings.model_dump() if settings is not None else {}
+        try:
+            return cls.model_validate({**data, **fields})
+        except ValidationError as err:
+            first = ".".join(str(p) for p in err.errors()[0]["loc"]) or None
+            raise InputError(f"{cls.__name__}: {describe_validation_error(err)}", param=first) from None
+
 
 def describe_validation_error(
     err: ValidationError, label: Callable[[tuple], str | None] | None = None

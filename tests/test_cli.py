@@ -148,3 +148,79 @@ def test_a_recipe_names_the_shipped_deepspeed_config_from_any_directory(tmp_path
         load_recipe(
             recipes_dir() / "pretrain-cpu.yaml", PretrainSettings, {"train.deepspeed": "missing.json"}
         )
+
+
+def _options(*verb):
+    from typer.main import get_command
+
+    command = get_command(app)
+    for name in verb:
+        command = command.commands[name]
+    return {param.name: param for param in command.params}
+
+
+@pytest.mark.parametrize(
+    ("verb", "settings_path", "own", "library_only"),
+    [
+        (("encode",), "neoembed.cli.encode_files.EncodeSettings", {"texts"}, set()),
+        (("search",), "neoembed.index.SearchSettings", {"query", "index", "as_json"}, {"mmap"}),
+        (("index", "build"), "neoembed.index.BuildSettings", {"corpus", "out"}, {"seed"}),
+        (("index", "add"), "neoembed.index.AddSettings", {"index", "corpus"}, {"seed"}),
+        (("index", "rebuild"), "neoembed.index.RebuildSettings", {"index"}, {"seed"}),
+        (("index", "export"), "neoembed.index.ExportSettings", {"index", "out"}, set()),
+        (("quickstart",), "neoembed.quickstart.QuickstartSettings", set(), set()),
+    ],
+)
+def test_verbs_take_their_options_from_their_settings(verb, settings_path, own, library_only):
+    import importlib
+
+    module, name = settings_path.rsplit(".", 1)
+    settings = getattr(importlib.import_module(module), name)
+    options = _options(*verb)
+    assert set(options) == (set(settings.model_fields) - library_only) | own
+    for field_name in set(settings.model_fields) - library_only:
+        field, option = settings.model_fields[field_name], options[field_name]
+        assert str(option.default) == str(field.default), field_name  # a path default is shown as text
+        assert field.description and field.description in option.help, field_name
+
+
+def test_the_flags_users_know_keep_their_names():
+    assert {"-k", "--k"} <= set(_options("search")["k"].opts)
+    assert _options("search")["as_json"].opts == ["--json"]
+    assert _options("index", "build")["corpus"].multiple
+    for name in ("memory_gb", "tune_queries", "id_field", "text_field", "threads", "model"):
+        assert f"--{name.replace('_', '-')}" in _options("index", "build")[name].opts
+    assert {"--run-dir", "--smoke"} <= {o for p in _options("quickstart").values() for o in p.opts}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["index", "build", "--corpus", "c.jsonl", "--target-recall", "1.5"],
+         "--target-recall: Input should be less than or equal to 1"),
+        (["index", "build", "--corpus", "c.jsonl", "--metric", "dot"],
+         "--metric must be one of 'cosine', 'ip' or 'l2', got 'dot'"),
+        (["index", "build", "--corpus", "c.jsonl", "--threads", "0"],
+         "--threads: Input should be greater than or equal to 1"),
+        (["index", "add", "IDX", "--corpus", "c.jsonl", "--batch-size", "0"],
+         "--batch-size: Input should be greater than or equal to 1"),
+        (["index", "rebuild", "IDX", "--memory-gb", "-1"], "--memory-gb: Input should be greater than 0"),
+        (["index", "rebuild", "IDX", "--tune-queries", "0"],
+         "--tune-queries: Input should be greater than or equal to 1"),
+        (["index", "export", "IDX", "--out", "e.csv", "--format", "csv"],
+         "--format must be one of 'parquet', got 'csv'"),
+        (["search", "--index", "IDX", "a query", "-k", "0"], "--k: Input should be greater than or equal to 1"),
+        (["encode", "hello", "--batch-size", "0"], "--batch-size: Input should be greater than or equal to 1"),
+        (["encode", "--file", "missing.txt"], "--file: missing.txt is not a file"),
+        (["encode", "hello", "--output", "emb.csv"], "--output: emb.csv: use a .npy or .jsonl file"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_names_its_flag_before_any_work(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "IDX").mkdir()
+    if args[:2] == ["index", "build"]:
+        args = [*args, "--out", "new-index"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX"]  # nothing built, written or loaded

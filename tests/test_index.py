@@ -151,3 +151,19 @@ def test_corpus_errors_name_the_problem(tmp_path):
     (tmp_path / "bad.parquet").write_text("not parquet")
     with pytest.raises(CorpusError, match="bad.parquet: not a readable parquet file"):
         list(CorpusReader([tmp_path / "bad.parquet"]))
+
+
+def test_index_functions_check_their_fields_before_any_work(tmp_path):
+    """Keyword fields are validated into the settings: a typo or a bad value is an error naming the field,
+    raised before a directory is made or a model loaded."""
+    from neoembed.errors import InputError
+    from neoembed.index import build_index, rebuild_index
+
+    with pytest.raises(InputError, match="field tune_querys: unknown field") as typo:
+        build_index(["docs.jsonl"], tmp_path / "index", tune_querys=10)
+    assert typo.value.param == "tune_querys"
+    with pytest.raises(InputError, match="field metric must be one of 'cosine', 'ip' or 'l2', got 'dot'"):
+        build_index(["docs.jsonl"], tmp_path / "index", metric="dot")
+    with pytest.raises(InputError, match="field target_recall: Input should be greater than 0"):
+        rebuild_index(tmp_path / "index", target_recall=0)
+    assert not (tmp_path / "index").exists()

@@ -13,6 +13,8 @@ from neoembed.index import (
     IndexingError,
     IndexMismatchError,
     Manifest,
+    RebuildSettings,
+    SearchSettings,
     add_documents,
     build_index,
     load_index,
@@ -58,9 +60,9 @@ def built(tmp_path_factory, corpus):
     manifests = {"Flat": build_index([corpus], root / "Flat", threads=2, tune_queries=60)}  # auto: Flat
     for factory in FACTORIES[1:]:
         shutil.copytree(root / "Flat", _dir({"root": root}, factory))
-        manifests[factory] = rebuild_index(
-            _dir({"root": root}, factory), factory=factory, threads=2, tune_queries=60
-        )
+        # settings and keyword fields together: both reach the manifest (tuning.queries, tuning.threads)
+        settings = RebuildSettings(factory=factory, tune_queries=60)
+        manifests[factory] = rebuild_index(_dir({"root": root}, factory), settings, threads=2)
     return manifests | {"root": root}
 
 
@@ -111,6 +113,13 @@ def test_search_ranks_the_matching_topic_first(built, factory):
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
     batch = index.search_batch(["raising interest rates", "garlic tomato sauce"], k=3)
     assert [b[0].metadata["topic"] for b in batch] == ["finance", "cooking"]
+
+
+def test_search_returns_the_settings_k_unless_a_call_asks_another(built):
+    assert len(load_index(_dir(built, "Flat")).search("violin")) == 10  # SearchSettings' default
+    index = load_index(_dir(built, "Flat"), SearchSettings(k=3))
+    assert len(index.search("violin")) == 3 and len(index.search("violin", k=5)) == 5
+    assert [len(hits) for hits in index.search_batch(["violin", "saturn"])] == [3, 3]
 
 
 @pytest.mark.parametrize("metric", ["ip", "l2"])
@@ -345,7 +354,7 @@ def test_cli_build_search_export_and_clear_errors(corpus, tmp_path):
         ("index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "y"), "--factory", "Bogus"):
             "invalid --factory 'Bogus'",
         ("index", "build", "--corpus", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "z")): "corpus file not found",
-        ("index", "export", str(out), "--out", str(tmp_path / "e.csv"), "--format", "csv"): "unknown export format 'csv'",
+        ("index", "export", str(out), "--out", str(tmp_path / "e.csv"), "--format", "csv"): "--format must be one of 'parquet', got 'csv'",
     }  # fmt: skip
     for args, message in failures.items():
         result = runner.invoke(app, list(args))

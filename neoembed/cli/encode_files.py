@@ -1,4 +1,4 @@
-"""Reading texts and writing embeddings for `neoembed encode`: text files in, .npy/.jsonl out, a similarity table."""
+"""`neoembed encode`'s settings, texts and outputs: text files in, .npy/.jsonl out, a similarity table."""
 
 from __future__ import annotations
 
@@ -6,6 +6,42 @@ import json
 from pathlib import Path
 
 import numpy as np
+from pydantic import ConfigDict, Field, field_validator
+
+from neoembed.recipes import StrictSettings
+
+OUTPUT_FORMATS = (".npy", ".jsonl")
+
+
+class EncodeSettings(StrictSettings):
+    """What `neoembed encode` can be told besides its texts; each field is the option of the same name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str = "minilm"
+    """Embedder: a sentence-transformers directory, hub id, or minilm."""
+    file: Path | None = None
+    """A text file, one text per line."""
+    output: Path | None = None
+    """Write the embeddings here (.npy, or .jsonl with the texts)."""
+    batch_size: int = Field(32, ge=1)
+    """Texts per encoding batch."""
+    normalize: bool = True
+    """L2-normalise the embeddings."""
+
+    @field_validator("file")
+    @classmethod
+    def _existing_file(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        return path
+
+    @field_validator("output")
+    @classmethod
+    def _known_format(cls, path: Path | None) -> Path | None:
+        if path is not None and path.suffix not in OUTPUT_FORMATS:
+            raise ValueError(f"{path}: use a .npy or .jsonl file")
+        return path
 
 
 def load_texts(texts: list[str], file: Path | None) -> list[str]:
@@ -26,7 +62,7 @@ def save_embeddings(path: Path, texts: list[str], embeddings: np.ndarray) -> Non
             for text, vector in zip(texts, embeddings):
                 out.write(json.dumps({"text": text, "embedding": vector.tolist()}) + "\n")
     else:
-        raise ValueError(f"unsupported output format {path.suffix!r} for {path}: use .npy or .jsonl")
+        raise ValueError(f"unsupported output format {path.suffix!r} for {path}: use one of {OUTPUT_FORMATS}")
 
 
 def similarity_table(texts: list[str], embeddings: np.ndarray, width: int = 28) -> str:

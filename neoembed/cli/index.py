@@ -1,4 +1,8 @@
-"""`neoembed index build|add|rebuild|export`: make, grow, re-index and export FAISS index directories."""
+"""`neoembed index build|add|rebuild|export`: make, grow, re-index and export FAISS index directories.
+
+The options of each verb are the fields of its settings in `neoembed.index.settings`; the corpus and the
+directories are the call's subjects, declared here.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from neoembed.cli.options import options_from
+from neoembed.index.settings import AddSettings, BuildSettings, ExportSettings, RebuildSettings
 
 app = typer.Typer(help="Build, extend and export FAISS index directories.", no_args_is_help=True)
 
@@ -17,13 +24,8 @@ Corpus = Annotated[
     ),
 ]
 IndexDir = Annotated[Path, typer.Argument(help="Index directory.")]
-Threads = Annotated[
-    int | None, typer.Option(min=1, help="faiss/torch threads (default: all CPUs this process may use).")
-]
-BatchSize = Annotated[int, typer.Option(min=1, help="Embedding batch size.")]
-TuneQueries = Annotated[int, typer.Option(min=1, help="Corpus documents used as held-out tuning queries.")]
-IdField = Annotated[str, typer.Option(help="Field holding the document id.")]
-TextField = Annotated[str, typer.Option(help="Field holding the document text.")]
+# Library-only fields: the command line keeps their defaults.
+LIBRARY_ONLY = ("seed",)
 
 
 def setup(threads: int | None = None) -> None:
@@ -48,93 +50,45 @@ def _print_summary(manifest, directory: Path) -> None:
 
 
 @app.command()
+@options_from(BuildSettings, exclude=LIBRARY_ONLY)
 def build(
+    settings: BuildSettings,
     corpus: Corpus,
     out: Annotated[Path, typer.Option(help="Index directory to create (an unfinished build there resumes).")],
-    model: Annotated[str, typer.Option(help="Embedder: directory, hub id, or 'minilm'.")] = "minilm",
-    factory: Annotated[
-        str, typer.Option(help="'auto' (by corpus size and memory) or a FAISS factory string.")
-    ] = "auto",
-    target_recall: Annotated[float, typer.Option(help="recall@10 against exact search to reach.")] = 0.95,
-    metric: Annotated[str, typer.Option(help="cosine (normalised, inner product), ip or l2.")] = "cosine",
-    memory_gb: Annotated[
-        float | None, typer.Option(help="Memory for the index (default: half of available).")
-    ] = None,
-    batch_size: BatchSize = 64,
-    tune_queries: TuneQueries = 1000,
-    id_field: IdField = "id",
-    text_field: TextField = "text",
-    threads: Threads = None,
 ) -> None:
     """Embed a corpus, choose and train a FAISS index, tune it to the target recall, and save it."""
-    setup(threads)
+    setup(settings.threads)
     from neoembed.index import build_index
 
-    memory = None if memory_gb is None else int(memory_gb * 2**30)
-    manifest = build_index(
-        corpus, out, model=model, factory=factory, target_recall=target_recall, metric=metric,
-        batch_size=batch_size, threads=threads, memory_bytes=memory, tune_queries=tune_queries,
-        id_field=id_field, text_field=text_field,
-    )  # fmt: skip
-    _print_summary(manifest, out)
+    _print_summary(build_index(corpus, out, settings), out)
 
 
 @app.command()
-def add(
-    index: IndexDir,
-    corpus: Corpus,
-    model: Annotated[str | None, typer.Option(help="Embedder (default: the index's; must match it).")] = None,
-    batch_size: BatchSize = 64,
-    tune_queries: TuneQueries = 1000,
-    id_field: IdField = "id",
-    text_field: TextField = "text",
-    threads: Threads = None,
-) -> None:
+@options_from(AddSettings, exclude=LIBRARY_ONLY)
+def add(settings: AddSettings, index: IndexDir, corpus: Corpus) -> None:
     """Embed and append documents to an index, then re-tune and re-measure it (an interrupted add resumes)."""
-    setup(threads)
+    setup(settings.threads)
     from neoembed.index import add_documents
 
-    manifest = add_documents(
-        index, corpus, model=model, batch_size=batch_size, threads=threads, tune_queries=tune_queries,
-        id_field=id_field, text_field=text_field,
-    )  # fmt: skip
-    _print_summary(manifest, index)
+    _print_summary(add_documents(index, corpus, settings), index)
 
 
 @app.command()
-def rebuild(
-    index: IndexDir,
-    factory: Annotated[str, typer.Option(help="'auto' or a FAISS factory string.")] = "auto",
-    target_recall: Annotated[
-        float | None, typer.Option(help="recall@10 to reach (default: the index's).")
-    ] = None,
-    memory_gb: Annotated[
-        float | None, typer.Option(help="Memory for the index (default: half of available).")
-    ] = None,
-    tune_queries: TuneQueries = 1000,
-    threads: Threads = None,
-) -> None:
+@options_from(RebuildSettings, exclude=LIBRARY_ONLY)
+def rebuild(settings: RebuildSettings, index: IndexDir) -> None:
     """Rebuild the FAISS index from the stored vectors with another factory or target; no re-embedding."""
-    setup(threads)
+    setup(settings.threads)
     from neoembed.index import rebuild_index
 
-    memory = None if memory_gb is None else int(memory_gb * 2**30)
-    manifest = rebuild_index(
-        index, factory=factory, target_recall=target_recall, threads=threads, memory_bytes=memory,
-        tune_queries=tune_queries,
-    )  # fmt: skip
-    _print_summary(manifest, index)
+    _print_summary(rebuild_index(index, settings), index)
 
 
 @app.command()
+@options_from(ExportSettings)
 def export(
-    index: IndexDir,
-    out: Annotated[Path, typer.Option(help="File to write.")],
-    format: Annotated[
-        str, typer.Option(help="Export format: parquet (id, text, metadata, vector).")
-    ] = "parquet",
+    settings: ExportSettings, index: IndexDir, out: Annotated[Path, typer.Option(help="File to write.")]
 ) -> None:
     """Export ids, texts, metadata and vectors for a vector database (Milvus, Qdrant, ...) to ingest."""
     from neoembed.index import export_index
 
-    typer.echo(f"wrote {export_index(index, out, format=format)}")
+    typer.echo(f"wrote {export_index(index, out, settings)}")

@@ -1,17 +1,18 @@
 """`neoembed quickstart`: the README's main job on the embedded default."""
 
-from pathlib import Path
+from __future__ import annotations
 
 import typer
 
+from neoembed.cli.options import options_from
+from neoembed.quickstart.pipeline import QuickstartSettings
 
-def quickstart(
-    run_dir: Path = typer.Option(Path("runs/quickstart"), help="Where every step writes its outputs."),
-    smoke: bool = typer.Option(False, help="Toy sizes: the same steps in a couple of minutes, as a check."),
-):
+
+@options_from(QuickstartSettings)
+def quickstart(settings: QuickstartSettings) -> None:
     """Data, pretraining, fine-tuning, evaluation, indexing and loading, end to end on WordNet; a re-run
     resumes from the finished steps."""
-    from neoembed.quickstart import DEFAULT, SMOKE, run_quickstart
+    import neoembed.quickstart
 
-    summary = run_quickstart(run_dir, SMOKE if smoke else DEFAULT)
+    summary = neoembed.quickstart.run_quickstart(settings.run_dir, settings.sizes)
     typer.echo(f"summary: {summary}")

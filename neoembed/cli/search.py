@@ -9,27 +9,27 @@ from typing import Annotated
 
 import typer
 
-from neoembed.cli.index import Threads, setup
+from neoembed.cli.index import setup
+from neoembed.cli.options import Flag, options_from
+from neoembed.index.settings import SearchSettings
 
 
+# mmap is left to library callers: the command line always memory-maps the index.
+@options_from(SearchSettings, flags=[Flag("k", ("--k", "-k"))], exclude=("mmap",))
 def search(
+    settings: SearchSettings,
     query: Annotated[
         list[str], typer.Argument(help="Query text; several queries are searched in one batch.")
     ],
     index: Annotated[Path, typer.Option(help="Index directory.")],
-    k: Annotated[int, typer.Option("-k", "--k", help="Results per query.")] = 10,
-    model: Annotated[
-        str | None, typer.Option(help="Query embedder (default: the index's; must match it).")
-    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per query.")] = False,
-    threads: Threads = None,
 ) -> None:
     """Search an index with text queries: rank, score, id and text of the top-k documents."""
-    setup(threads)
+    setup(settings.threads)
     from neoembed.index import load_index
 
-    searcher = load_index(index, model=model, threads=threads)
-    for text, hits in zip(query, searcher.search_batch(query, k)):
+    searcher = load_index(index, settings)
+    for text, hits in zip(query, searcher.search_batch(query)):
         if as_json:
             typer.echo(json.dumps({"query": text, "hits": [asdict(h) for h in hits]}))
             continue

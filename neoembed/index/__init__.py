@@ -4,6 +4,9 @@
     build_index(["docs.jsonl"], "my-index", model="minilm")      # auto factory, tuned to recall@10 0.95
     hits = load_index("my-index").search("how do magnets work", k=10)
 
+Each function takes its settings (`BuildSettings`, `SearchSettings`, ...) or their fields as keyword
+arguments; the `neoembed index` and `neoembed search` options are generated from the same settings.
+
 faiss is imported through `neoembed.faiss_setup`, which sets the BLAS core type first.
 """
 
@@ -14,16 +17,28 @@ from neoembed.index.export import export_index
 from neoembed.index.factory import choose_factory
 from neoembed.index.manifest import Manifest
 from neoembed.index.search import Hit, SearchIndex, load_index
+from neoembed.index.settings import (
+    AddSettings,
+    BuildSettings,
+    ExportSettings,
+    RebuildSettings,
+    SearchSettings,
+)
 
 __all__ = [
+    "AddSettings",
+    "BuildSettings",
     "CorpusError",
     "CorpusReader",
     "Document",
+    "ExportSettings",
     "Hit",
     "IndexMismatchError",
     "IndexingError",
     "Manifest",
+    "RebuildSettings",
     "SearchIndex",
+    "SearchSettings",
     "add_documents",
     "build_index",
     "choose_factory",

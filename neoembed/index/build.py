@@ -25,13 +25,13 @@ from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import choose_factory, faiss_metric, nlist
 from neoembed.index.manifest import (
     MANIFEST_FILE,
-    METRICS,
     STORE_FILE,
     VECTORS_FILE,
     Manifest,
     Tuning,
     append_log,
 )
+from neoembed.index.settings import AddSettings, BuildSettings, RebuildSettings, TuneSettings
 from neoembed.index.store import DocStore
 from neoembed.index.train import train_and_add
 from neoembed.index.tune import exact_neighbors, tune
@@ -116,11 +116,12 @@ def _empty_index(factory: str, dim: int, metric: str, n: int | None = None):
 
 
 def _tune_and_commit(
-    index, vectors, out: Path, manifest_fields: dict, target: float, queries: int, threads: int, seed: int
+    index, vectors, out: Path, manifest_fields: dict, target: float, threads: int, settings: TuneSettings
 ):
     """Tune on held-out corpus queries, write the index under a new name, then the manifest (the commit)."""
     n = len(vectors)
-    rows = np.sort(np.random.default_rng(seed + 1).choice(n, min(queries, n), replace=False))
+    rng = np.random.default_rng(settings.seed + 1)
+    rows = np.sort(rng.choice(n, min(settings.tune_queries, n), replace=False))
     xq = np.ascontiguousarray(vectors[rows])
     truth, exact_qps = exact_neighbors(xq, vectors, manifest_fields["metric"], self_ids=rows)
 
@@ -165,33 +166,20 @@ def _tune_and_commit(
 
 
 def build_index(
-    sources: list[str | Path],
-    out: str | Path,
-    *,
-    model: str = "minilm",
-    factory: str = "auto",
-    target_recall: float = 0.95,
-    metric: str = "cosine",
-    batch_size: int = 64,
-    threads: int | None = None,
-    memory_bytes: int | None = None,
-    tune_queries: int = 1000,
-    id_field: str = "id",
-    text_field: str = "text",
-    seed: int = 0,
+    sources: list[str | Path], out: str | Path, settings: BuildSettings | None = None, /, **fields
 ) -> Manifest:
-    """Embed the documents of `sources` with `model` and write a tuned index directory at `out`."""
-    if metric not in METRICS:
-        raise IndexingError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
-    if not 0 < target_recall <= 1:
-        raise IndexingError(f"target recall must be in (0, 1], got {target_recall}")
+    """Embed the documents of `sources` and write a tuned index directory at `out`; `settings` or
+    `fields` (`model="minilm"`, `threads=2`, ...) as in `BuildSettings`."""
+    settings = BuildSettings.of(settings, **fields)
     out = Path(out)
     if (out / MANIFEST_FILE).exists():
         raise IndexingError(f"{out} already holds an index: use `neoembed index add` or choose another --out")
-    threads = set_threads(threads)
-    corpus = CorpusReader(sources, id_field=id_field, text_field=text_field)  # checks every file exists
-    embedder, fingerprint = encode.load_model(model)
+    threads = set_threads(settings.threads)
+    # the reader checks that every file exists before a model is loaded
+    corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
+    embedder, fingerprint = encode.load_model(settings.model)
     dim = encode.dimension(embedder)
+    factory, metric = settings.factory, settings.metric
     if factory != "auto":
         _empty_index(factory, dim, metric)
     normalized = metric == "cosine"
@@ -201,20 +189,22 @@ def build_index(
     _report_skips(corpus, out)
     reason = GIVEN
     if factory == "auto":
-        factory, reason = choose_factory(n, dim, memory_bytes)
+        factory, reason = choose_factory(n, dim, settings.memory_bytes)
     index = _empty_index(factory, dim, metric, n)
     store = DocStore(out / STORE_FILE, readonly=True)
     try:
-        _embed(embedder, store.texts(0, n), out, normalize=normalized, batch_size=batch_size)
+        _embed(embedder, store.texts(0, n), out, normalize=normalized, batch_size=settings.batch_size)
     finally:
         store.close()
 
     vectors = read_vectors(out / VECTORS_FILE, dim, n)
     log.info("index %s: %s", factory, reason)
-    train_and_add(index, vectors, seed=seed)
-    fields = dict(model=model, model_fingerprint=fingerprint, dimension=dim, metric=metric, normalized=normalized,
-                  factory=factory, factory_reason=reason)  # fmt: skip
-    manifest = _tune_and_commit(index, vectors, out, fields, target_recall, tune_queries, threads, seed)
+    train_and_add(index, vectors, seed=settings.seed)
+    manifest_fields = dict(model=settings.model, model_fingerprint=fingerprint, dimension=dim, metric=metric,
+                           normalized=normalized, factory=factory, factory_reason=reason)  # fmt: skip
+    manifest = _tune_and_commit(
+        index, vectors, out, manifest_fields, settings.target_recall, threads, settings
+    )
     (out / STATE_FILE).unlink(missing_ok=True)
     return manifest
 
@@ -243,33 +233,26 @@ def _resume_add(out: Path, state: dict, dim: int, n: int) -> None:
 
 
 def add_documents(
-    index_dir: str | Path,
-    sources: list[str | Path],
-    *,
-    model: str | None = None,
-    batch_size: int = 64,
-    threads: int | None = None,
-    tune_queries: int = 1000,
-    id_field: str = "id",
-    text_field: str = "text",
-    seed: int = 0,
+    index_dir: str | Path, sources: list[str | Path], settings: AddSettings | None = None, /, **fields
 ) -> Manifest:
-    """Embed and append new documents to an index directory, then re-tune and re-measure it.
+    """Embed and append new documents to an index directory, then re-tune and re-measure it; `settings`
+    or `fields` as in `AddSettings`.
 
-    `model` (default: the index's) must have the fingerprint the index was built with. An add interrupted
+    The model (default: the index's) must have the fingerprint the index was built with. An add interrupted
     at any point is resumed by the same call: the documents it had embedded are not embedded again.
     """
+    settings = AddSettings.of(settings, **fields)
     out = Path(index_dir)
-    threads = set_threads(threads)
+    threads = set_threads(settings.threads)
     manifest = Manifest.load(out)
-    name = model or manifest.model
+    name = settings.model or manifest.model
     embedder, fingerprint = encode.load_model(name)
     if fingerprint != manifest.model_fingerprint:
         raise IndexMismatchError(
             f"model {name!r} (fingerprint {fingerprint}) is not the model the index in {out} was built with: "
             f"{manifest.model!r} (fingerprint {manifest.model_fingerprint}); its vectors would not be comparable"
         )
-    corpus = CorpusReader(sources, id_field=id_field, text_field=text_field)
+    corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
     n, dim = manifest.ntotal, manifest.dimension
     store = DocStore(out / STORE_FILE)
     try:
@@ -277,47 +260,40 @@ def add_documents(
         added, digest = store.add_corpus(corpus, n)
         _report_skips(corpus, out)
         _resume_add(out, {"add_to": n, "model_fingerprint": fingerprint, "corpus": digest}, dim, n)
-        _embed(embedder, store.texts(n, n + added), out, normalize=manifest.normalized, batch_size=batch_size,
-               offset=n)  # fmt: skip
+        _embed(embedder, store.texts(n, n + added), out, normalize=manifest.normalized,
+               batch_size=settings.batch_size, offset=n)  # fmt: skip
     finally:
         store.close()
     vectors = read_vectors(out / VECTORS_FILE, dim, n + added)
     index = faiss.read_index(str(out / manifest.index_file))
     train_and_add(index, vectors[n:])  # trained already: adds only
-    fields = dict(model=manifest.model, model_fingerprint=fingerprint, dimension=dim, metric=manifest.metric,
-                  normalized=manifest.normalized, factory=manifest.factory,
-                  factory_reason=_grown_reason(manifest, n + added),
-                  previous_index_file=manifest.index_file)  # fmt: skip
+    manifest_fields = dict(model=manifest.model, model_fingerprint=fingerprint, dimension=dim,
+                           metric=manifest.metric, normalized=manifest.normalized, factory=manifest.factory,
+                           factory_reason=_grown_reason(manifest, n + added),
+                           previous_index_file=manifest.index_file)  # fmt: skip
     committed = _tune_and_commit(
-        index, vectors, out, fields, manifest.tuning.target_recall, tune_queries, threads, seed
+        index, vectors, out, manifest_fields, manifest.tuning.target_recall, threads, settings
     )
     (out / STATE_FILE).unlink(missing_ok=True)
     return committed
 
 
-def rebuild_index(
-    index_dir: str | Path,
-    *,
-    factory: str = "auto",
-    target_recall: float | None = None,
-    threads: int | None = None,
-    memory_bytes: int | None = None,
-    tune_queries: int = 1000,
-    seed: int = 0,
-) -> Manifest:
+def rebuild_index(index_dir: str | Path, settings: RebuildSettings | None = None, /, **fields) -> Manifest:
     """Rebuild an index directory's FAISS index from its stored vectors with another factory (or target),
-    without re-embedding; the model is not loaded."""
+    without re-embedding; the model is not loaded. `settings` or `fields` as in `RebuildSettings`."""
+    settings = RebuildSettings.of(settings, **fields)
     out = Path(index_dir)
-    threads = set_threads(threads)
+    threads = set_threads(settings.threads)
     manifest = Manifest.load(out)
     vectors = read_vectors(out / VECTORS_FILE, manifest.dimension, manifest.ntotal)
-    reason = GIVEN
+    factory, reason = settings.factory, GIVEN
     if factory == "auto":
-        factory, reason = choose_factory(manifest.ntotal, manifest.dimension, memory_bytes)
+        factory, reason = choose_factory(manifest.ntotal, manifest.dimension, settings.memory_bytes)
     index = _empty_index(factory, manifest.dimension, manifest.metric, manifest.ntotal)
-    train_and_add(index, vectors, seed=seed)
-    fields = dict(model=manifest.model, model_fingerprint=manifest.model_fingerprint, dimension=manifest.dimension,
-                  metric=manifest.metric, normalized=manifest.normalized, factory=factory, factory_reason=reason,
-                  previous_index_file=manifest.index_file)  # fmt: skip
-    target = manifest.tuning.target_recall if target_recall is None else target_recall
-    return _tune_and_commit(index, vectors, out, fields, target, tune_queries, threads, seed)
+    train_and_add(index, vectors, seed=settings.seed)
+    manifest_fields = dict(model=manifest.model, model_fingerprint=manifest.model_fingerprint,
+                           dimension=manifest.dimension, metric=manifest.metric,
+                           normalized=manifest.normalized, factory=factory, factory_reason=reason,
+                           previous_index_file=manifest.index_file)  # fmt: skip
+    target = manifest.tuning.target_recall if settings.target_recall is None else settings.target_recall
+    return _tune_and_commit(index, vectors, out, manifest_fields, target, threads, settings)

@@ -14,19 +14,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from neoembed.index.errors import IndexingError
 from neoembed.index.manifest import STORE_FILE, VECTORS_FILE, Manifest
+from neoembed.index.settings import ExportSettings
 from neoembed.index.store import DocStore
 from neoembed.vector_file import read_vectors
 
-FORMATS = ("parquet",)
 BATCH = 50_000
 
 
-def export_index(index_dir: str | Path, out: str | Path, *, format: str = "parquet") -> Path:
-    """Write every document of the index at `index_dir` to `out` and return its path."""
-    if format not in FORMATS:
-        raise IndexingError(f"unknown export format {format!r}: use one of {', '.join(FORMATS)}")
+def export_index(
+    index_dir: str | Path, out: str | Path, settings: ExportSettings | None = None, /, **fields
+) -> Path:
+    """Write every document of the index at `index_dir` to `out` and return its path; `settings` or
+    `fields` as in `ExportSettings` (parquet is the one format so far, and the one this function writes)."""
+    ExportSettings.of(settings, **fields)  # checks the format before any work
     directory, out = Path(index_dir), Path(out)
     manifest = Manifest.load(directory)
     vectors = read_vectors(directory / VECTORS_FILE, manifest.dimension, manifest.ntotal)

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from neoembed.index.errors import IndexingError
+from neoembed.index.settings import Metric
 from neoembed.recipes import StrictSettings, describe_validation_error
 from neoembed.runs import append_jsonl, write_json
 
@@ -25,7 +26,6 @@ STORE_FILE = "docs.sqlite"
 VECTORS_FILE = "vectors.f32"
 MANIFEST_FILE = "manifest.json"
 LOG_FILE = "build_log.jsonl"
-METRICS = ("cosine", "ip", "l2")
 
 
 class Tuning(StrictSettings):
@@ -45,7 +45,7 @@ class Manifest(StrictSettings):
     model: str
     model_fingerprint: str
     dimension: int
-    metric: str  # cosine (normalised vectors, inner product), ip, or l2
+    metric: Metric
     normalized: bool
     factory: str
     factory_reason: str

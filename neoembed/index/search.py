@@ -12,6 +12,7 @@ from neoembed.index import encode
 from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import set_search_params
 from neoembed.index.manifest import STORE_FILE, Manifest
+from neoembed.index.settings import SearchSettings
 from neoembed.index.store import DocStore
 from neoembed.vector_file import embed
 
@@ -31,27 +32,23 @@ def _mmap_flags(factory: str) -> int:
 
 
 class SearchIndex:
-    """A loaded index directory. The embedder named in the manifest is loaded on the first text query and
-    must have the fingerprint the index was built with."""
+    """A loaded index directory. The embedder (default: the one named in the manifest) is loaded on the
+    first text query and must have the fingerprint the index was built with; `settings` or `fields` as in
+    `SearchSettings`, whose `k` is the number of results a search returns unless it is given another."""
 
-    def __init__(
-        self,
-        directory: str | Path,
-        *,
-        mmap: bool = True,
-        model: str | None = None,
-        threads: int | None = None,
-    ):
+    def __init__(self, directory: str | Path, settings: SearchSettings | None = None, /, **fields):
+        self.settings = SearchSettings.of(settings, **fields)
         self.directory = Path(directory)
         self.manifest = Manifest.load(self.directory)
-        self.model_name = model or self.manifest.model
-        self.threads = set_threads(threads)
+        self.model_name = self.settings.model or self.manifest.model
+        self.threads = set_threads(self.settings.threads)
         path = self.directory / self.manifest.index_file
         if not path.is_file():
             raise IndexingError(
                 f"{self.directory}: index file {self.manifest.index_file} named by the manifest is missing"
             )
-        self.index = faiss.read_index(str(path), _mmap_flags(self.manifest.factory) if mmap else 0)
+        flags = _mmap_flags(self.manifest.factory) if self.settings.mmap else 0
+        self.index = faiss.read_index(str(path), flags)
         if self.index.ntotal != self.manifest.ntotal or self.index.d != self.manifest.dimension:
             raise IndexingError(
                 f"{path}: holds {self.index.ntotal} vectors of dimension {self.index.d}, the manifest says "
@@ -76,16 +73,17 @@ class SearchIndex:
     def encode(self, queries: list[str]) -> np.ndarray:
         return embed(self._embedder(), queries, normalize=self.manifest.normalized)
 
-    def search(self, query: str, k: int = 10) -> list[Hit]:
+    def search(self, query: str, k: int | None = None) -> list[Hit]:
         """The top-k documents for one text query, best first."""
         return self.search_batch([query], k)[0]
 
-    def search_batch(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
+    def search_batch(self, queries: list[str], k: int | None = None) -> list[list[Hit]]:
         return self.search_vectors(self.encode(queries), k)
 
-    def search_vectors(self, vectors: np.ndarray, k: int = 10) -> list[list[Hit]]:
+    def search_vectors(self, vectors: np.ndarray, k: int | None = None) -> list[list[Hit]]:
         """Search with query vectors made by the index's model; they are normalised here where the index
         expects it (cosine), so raw model outputs give cosine scores."""
+        k = self.settings.k if k is None else k
         vectors = np.array(np.atleast_2d(vectors), dtype="float32", order="C")  # a copy: normalised in place
         if vectors.shape[1] != self.manifest.dimension:
             raise IndexMismatchError(
@@ -110,7 +108,5 @@ class SearchIndex:
         self.store.close()
 
 
-def load_index(
-    directory: str | Path, *, mmap: bool = True, model: str | None = None, threads: int | None = None
-) -> SearchIndex:
-    return SearchIndex(directory, mmap=mmap, model=model, threads=threads)
+def load_index(directory: str | Path, settings: SearchSettings | None = None, /, **fields) -> SearchIndex:
+    return SearchIndex(directory, settings, **fields)

@@ -11,7 +11,8 @@ Every step runs the same `neoembed` command a user would type, under one run dir
 7. a fresh Python process loads `SentenceTransformer("neobert-embed")`
 
 `Sizes` holds every knob that sets the run's length: `DEFAULT` takes about a quarter of an hour on two CPU
-cores, `SMOKE` is the same pipeline at toy sizes for the integration test.
+cores, `SMOKE` is the same pipeline at toy sizes for the integration test. `QuickstartSettings` is what the
+`neoembed quickstart` command can be told: the run directory and which of the two.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import ConfigDict
 from rich.console import Console
 
 from neoembed.quickstart.examples import LOAD_SNIPPET, search_queries, write_gloss_corpus
 from neoembed.quickstart.steps import Step, command_line, printed_lines, run_command, run_steps
 from neoembed.quickstart.summary import format_searches, write_summary
+from neoembed.recipes import StrictSettings
 
 LOCAL_TASKS = (
     "WordNetExampleDefinitionRetrieval",
@@ -72,6 +75,21 @@ SMOKE = Sizes(
     index_documents=400,
     tune_queries=50,
 )
+
+
+class QuickstartSettings(StrictSettings):
+    """`neoembed quickstart`'s options."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_dir: Path = Path("runs/quickstart")
+    """Where every step writes its outputs."""
+    smoke: bool = False
+    """Toy sizes: the same steps in a couple of minutes, as a check."""
+
+    @property
+    def sizes(self) -> Sizes:
+        return SMOKE if self.smoke else DEFAULT
 
 
 class Quickstart:
