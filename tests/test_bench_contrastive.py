@@ -33,7 +33,7 @@ def test_a_recipe_that_meets_every_target():
     checks = target_checks(table, "base", "ours", "st")
     assert [c.met for c in checks] == [True] * 5
     # the figures a reader needs: both scores and the change
-    assert "0.7200 vs ST 0.7020 (+2.6%)" in checks[2].line()
+    assert "0.7200 vs ST 0.7020 (+2.56%)" in checks[2].line()
     assert checks[4].figures == "66.0 vs base 67.6 (-1.6 points)"
     assert checks[0].line().endswith(": met")
 
@@ -42,7 +42,11 @@ def test_issue_17s_measurements_fail_the_targets_they_fail():
     # The shipped recipe at batch 64: example->definition unchanged, FOLDOC -4%; ST MNRL reached 0.702.
     table = scores({EXAMPLE_TASK: 0.343, FOLDOC_TASK: 0.657, POS_TASK: 0.592}, {FOLDOC_TASK: 0.702})
     assert met(table) == [False, False, False, True, False]
-    assert target_checks(table, "base", "ours", "st")[1].line().endswith("(-3.9%): NOT met")
+    assert (
+        target_checks(table, "base", "ours", "st")[1]
+        .line()
+        .endswith("0.6570 vs base 0.6840 (-3.95%): NOT met")
+    )
 
 
 def test_margins_are_at_their_bounds():

@@ -42,9 +42,8 @@ COLUMNS = {
 # Issue 17's targets for the neoembed recipe.
 FOLDOC_MARGIN = 0.02  # relative gain over the sentence-transformers baseline on the cross-source set
 POS_POINTS = 2.0  # largest drop from the base model, in accuracy points (x 100)
-EPSILON = (
-    1e-9  # a score exactly at a bound meets it despite float rounding (67.6 -> 65.6 is 2.0000000000000018)
-)
+# A score exactly at a bound meets it despite float rounding (67.6 -> 65.6 is a 2.0000000000000018 drop).
+EPSILON = 1e-9
 # Fields the bench sets itself: overriding one would break "same data, base, budget and threads".
 BENCH_FIELDS = (
     "data.path",
@@ -80,7 +79,7 @@ def target_checks(
         if task == POS_TASK:
             figures = f"{100 * ours:.1f} vs {name} {100 * theirs:.1f} ({100 * (ours - theirs):+.1f} points)"
         else:
-            change = f" ({ours / theirs - 1:+.1%})" if theirs else ""
+            change = f" ({ours / theirs - 1:+.2%})" if theirs else ""
             figures = f"{ours:.4f} vs {name} {theirs:.4f}{change}"
         return Check(target, passes(ours, theirs), figures)
 
