@@ -246,30 +246,44 @@ def pretrain(
 
 @app.command("contrastive")
 def contrastive(
-    data: Path | None = typer.Option(None, help="A WordNet build-data output (default: built under --out)."),
-    rows: int = typer.Option(50000, min=100, help="WordNet rows to build when --data is not given."),
-    pairs: str = typer.Option("example_gloss", help="WordNet pair kinds to build (example_gloss, ...)."),
-    mine: bool = typer.Option(False, help="Mine hard negatives when building (slower steps)."),
-    minutes: float = typer.Option(10.0, min=0.1, help="CPU training budget per model (minutes)."),
-    steps: int = typer.Option(400, min=1, help="Step cap (the schedule's length); the budget stops earlier."),
-    batch_size: int = typer.Option(32, min=2, help="Rows per step."),
-    negatives: int = typer.Option(1, min=0, help="Hard-negative columns per row (when the data has them)."),
-    lr: float = typer.Option(1e-4, help="Peak learning rate."),
-    threads: int = typer.Option(1, min=1, help="torch CPU threads (1 on a shared machine)."),
-    neobert: str | None = typer.Option(None, help="A small pretrained NeoBERT directory to run as well."),
+    data: Path | None = typer.Option(
+        None,
+        help="A finished build-data output to train on (default: the default WordNet build, under --out).",
+    ),
+    rows: int = typer.Option(
+        20000, min=100, help="WordNet rows of the default build (build-data --max-rows)."
+    ),
+    recipe: str = typer.Option("contrastive-cpu", help="neoembed's recipe: a packaged name or a YAML file."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="KEY=VALUE override of the neoembed recipe (e.g. optim.lr=5e-5); repeatable."
+    ),
+    minutes: float = typer.Option(10.0, min=0.01, help="CPU training budget per model (minutes of steps)."),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads, for every model (1 on a shared machine)."),
+    model: str = typer.Option("minilm", help="Base model both trainers fine-tune."),
+    neobert: str | None = typer.Option(None, help="A pretrained NeoBERT directory to run the recipe on too."),
     fresh: bool = typer.Option(False, help="Retrain instead of reusing finished runs under --out."),
     out: Path = typer.Option(Path("runs/bench/contrastive"), help="Directory for contrastive.json and .md."),
 ):
-    """MiniLM fine-tuned on WordNet pairs for a CPU budget: held-out nDCG@10 before/after, next to BM25."""
+    """neoembed's recipe vs plain sentence-transformers (MNRL), same data, base and CPU budget: held-out
+    WordNet, FOLDOC and POS scores next to the base model and BM25, and issue 17's target checks."""
     from neoembed.bench import contrastive as bench_contrastive
+    from neoembed.packaged import resolve_recipe
+    from neoembed.recipes import parse_overrides
 
-    overrides = {
-        "train.max_steps": steps,
-        "train.batch_size": batch_size,
-        "data.max_negatives": negatives,
-        "optim.lr": lr,
-    }
+    malformed = [item for item in set_ if "=" not in item]
+    if malformed:
+        raise InputError(f"--set {malformed[0]!r}: expected KEY=VALUE", param="--set")
+    overrides = parse_overrides([f"--{item}" for item in set_])
     result = bench_contrastive.run(
-        data, rows, _csv(pairs), mine, minutes, overrides, threads, neobert, out, fresh
+        data=data,
+        rows=rows,
+        recipe=resolve_recipe(recipe),
+        overrides=overrides,
+        minutes=minutes,
+        threads=threads,
+        base=model,
+        neobert=neobert,
+        out_dir=out,
+        fresh=fresh,
     )
     _echo_report(result)

@@ -1,0 +1,62 @@
+"""The plain sentence-transformers baseline of `neoembed bench contrastive`: the library's trainer and
+MultipleNegativesRankingLoss on a build's (query, positive) pairs, as a user of the library would write it.
+
+Only the learning rate (5e-5), batch size (64) and warmup (10% of the schedule) are set; everything else is the
+library's default (3 epochs, linear decay, seed 42, its batch sampler, the model's own max length). The mined
+negatives of the records are left out: plain in-batch negatives. The bench's time budget and metrics file are
+callbacks, which do not change what a step does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LEARNING_RATE = 5e-5
+BATCH_SIZE = 64
+WARMUP = 0.1  # transformers 5 reads a warmup_steps below 1 as a fraction of the schedule
+
+
+def pairs(data: Path):
+    """Every source's (query, positive) columns of a finished build, as one dataset."""
+    from datasets import concatenate_datasets
+
+    from neoembed.data.records import load_records
+
+    return concatenate_datasets(
+        [records.select_columns(["query", "positive"]) for records in load_records(data).values()]
+    )
+
+
+def train(base: str, data: Path, out: Path, minutes: float, export: Path) -> dict:
+    """Train `base` on the build in `data` for `minutes` of training steps (checkpoints and metrics.jsonl in
+    `out`) and save the model to `export`. Returns the steps taken, the trainer's runtime in minutes, and
+    `export`."""
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from neoembed.contrastive.train import TimeBudget
+    from neoembed.embedder import load_embedder
+    from neoembed.runs import METRICS_FILE, MetricsLog
+
+    model = load_embedder(base)
+    model.model_card_data.local_files_only = True  # the saved model card: no Hub look-ups (offline here)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out),
+        learning_rate=LEARNING_RATE,
+        per_device_train_batch_size=BATCH_SIZE,
+        warmup_steps=WARMUP,
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model,
+        args=args,
+        train_dataset=pairs(data),
+        loss=MultipleNegativesRankingLoss(model),
+        callbacks=[TimeBudget(minutes), MetricsLog(out / METRICS_FILE)],
+    )
+    result = trainer.train()
+    model.save(str(export))
+    return {
+        "steps": result.global_step,
+        "train_minutes": result.metrics["train_runtime"] / 60,
+        "export": str(export),
+    }
