@@ -44,6 +44,7 @@ RESUMABLE_CHANGES: dict[str, set[str] | None] = {
         "compile",
     },
     "eval": None,
+    "export": None,  # applied after training
 }
 
 
@@ -159,8 +160,8 @@ def trainer_arguments(
 
 
 def check_resume_compatible(settings: BaseModel, output_dir: Path) -> None:
-    """A run may only resume with the same recipe (apart from RESUMABLE_CHANGES: logging/saving cadence and
-    the held-out evaluation)."""
+    """A run may only resume with the same recipe (apart from RESUMABLE_CHANGES: logging/saving cadence, the
+    held-out evaluation and the export)."""
     recorded = output_dir / "recipe.json"
     current = settings.model_dump(mode="json")
     if recorded.exists():

@@ -443,3 +443,32 @@ def test_two_gloo_ranks_train_a_base_whose_pooler_gets_no_gradient(tmp_path, bui
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in logged if "loss" in line] == [1, 2, 3]  # written by the main rank only
     assert (tmp_path / "run" / "neobert-embed" / "model.safetensors").exists()
+
+
+def test_export_base_weight_averages_the_fine_tuned_weights_with_the_base(tmp_path, build, minilm_path):
+    """WiSE-FT: with export.base_weight 0.25 the export holds 0.75 x the fine-tuned + 0.25 x the base weights
+    (the same seeded run without it gives the fine-tuned ones), and card and metrics say so."""
+    base_dir = tiny_encoder_dir(tmp_path, minilm_path)
+    plan = recipe(build, base_dir, tmp_path / "plain", max_steps=2)
+    run_contrastive(ContrastiveSettings.model_validate(plan))
+    tuned = weights(tmp_path / "plain")
+    run = tmp_path / "averaged"
+    plan = recipe(build, base_dir, run, max_steps=2)
+    plan["eval"] = {"sets": [{"kind": "foldoc", "queries": 6, "corpus": 20}]}
+    plan["export"] = {"base_weight": 0.25}
+    summary = run_contrastive(ContrastiveSettings.model_validate(plan))
+    base = load_file(next(base_dir.rglob("model.safetensors")))
+    averaged = weights(run)
+    moved = 0
+    for name, value in averaged.items():
+        start = base[name.removeprefix("0.auto_model.")] if name not in base else base[name]
+        torch.testing.assert_close(value, 0.75 * tuned[name] + 0.25 * start)
+        moved += not torch.equal(tuned[name], start)
+    assert moved  # training changed the weights, so the average is a third point
+    card = (run / "neobert-embed" / "README.md").read_text()
+    assert "0.75 x the fine-tuned weights + 0.25 x the base model's" in card
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert (
+        last["base_weight"] == 0.25
+        and round(last["eval_foldoc_cosine_ndcg@10"], 4) == (summary["eval_after"]["foldoc"]["ndcg@10"])
+    )

@@ -53,12 +53,14 @@ def export(tmp_path_factory):
         max_length=128,
         max_seq_length=128,
         lora=None,
+        base_weight=0.0,
         matryoshka_dims=[384, 128, 64],
         data_path=str(data),
         rows={"msmarco": 10, "wordnet": 10},
-        evaluation="held-out wordnet retrieval",
+        heldout={"wordnet": "held-out wordnet retrieval"},
         metric_names=["ndcg@10"],
-        scores={},
+        before={},
+        after={},
         recipe={},
     )
     model = load_embedder("minilm")

@@ -37,6 +37,7 @@ class TrainingFacts:
     max_length: int  # the fine-tuning truncation
     max_seq_length: int  # the input limit the export declares (export.max_seq_length)
     lora: dict | None  # the adapter settings, merged into the exported weights
+    base_weight: float  # export.base_weight: the base model's share of the exported weights
     matryoshka_dims: list[int]
     data_path: str
     rows: dict[str, int]  # source -> rows trained on
@@ -71,6 +72,7 @@ def training_facts(
         max_length=model.max_seq_length,
         max_seq_length=model.max_seq_length,
         lora=settings.model.lora.model_dump() if settings.model.lora else None,
+        base_weight=settings.export.base_weight,
         matryoshka_dims=dims,
         data_path=str(settings.data.path),
         rows={name: len(d) for name, d in sources.items()},
@@ -138,6 +140,13 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         else ""
     )
     normalized = " and L2-normalised" if facts.normalized else ""
+    averaged = (
+        f"\nThe exported weights are {1 - facts.base_weight:g} x the fine-tuned weights + {facts.base_weight:g} x "
+        "the base model's (weight-space ensembling, WiSE-FT); the scores after fine-tuning below are those of "
+        "these exported weights."
+        if facts.base_weight
+        else ""
+    )
     matryoshka = (
         f"\nTrained as Matryoshka embeddings at {', '.join(map(str, facts.matryoshka_dims))} dimensions: the "
         "full embedding is the default; for a shorter one keep its first d values, e.g. "
@@ -165,7 +174,7 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
 Fine-tuned by `neoembed contrastive` from **{facts.base_model}** with InfoNCE (cosine similarity / temperature
 {facts.temperature}, in-batch and hard negatives, one source per step) for **{facts.steps} steps**{lora}.
 Embeddings are {facts.dimension}-dimensional, {facts.pooling}-pooled{normalized}; inputs are truncated at
-{facts.max_seq_length} tokens (fine-tuned at {facts.max_length}).{matryoshka}
+{facts.max_seq_length} tokens (fine-tuned at {facts.max_length}).{matryoshka}{averaged}
 
 ```python
 from sentence_transformers import SentenceTransformer

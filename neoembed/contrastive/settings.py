@@ -175,6 +175,9 @@ class ExportSettings(StrictSettings):
     # `neoembed serve` accepts): "train" is model.max_length, the length it was fine-tuned and evaluated at;
     # "positions" every position the base model supports (NeoBERT's 4096); or a number of tokens.
     max_seq_length: Literal["train", "positions"] | Annotated[int, Field(gt=1)] = "train"
+    # Weight-space ensembling (WiSE-FT): the exported weights are (1 - base_weight) x fine-tuned + base_weight x
+    # the base model's. Keeps most of the gain on the training data and the base's strength on other text.
+    base_weight: float = Field(default=0.0, ge=0.0, lt=1.0)
 
 
 class ContrastiveSettings(StrictSettings):

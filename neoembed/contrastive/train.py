@@ -35,6 +35,7 @@ from neoembed.contrastive.model import build_model
 from neoembed.contrastive.model_card import training_facts
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.contrastive.weight_ensemble import average_with_base
 from neoembed.pretrain import NeoBERTPreTrainedModel
 from neoembed.recipes import RecipeError, dump_recipe
 from neoembed.runs import (
@@ -218,21 +219,22 @@ def scored_dims(settings: ContrastiveSettings, model) -> list[int]:
     return [d for d in matryoshka_dims(settings, dimension) if d != dimension]
 
 
-def evaluate(trainer: ContrastiveTrainer) -> dict:
+def evaluate(trainer: ContrastiveTrainer, note: dict | None = None) -> dict:
     """The held-out sets' metrics for the model as it is now: the trainer's own evaluation at this step when
-    it made one, else a new one, appended to metrics.jsonl as the trainer logs its evaluations."""
+    it made one, else a new one, appended to metrics.jsonl as the trainer logs its evaluations. A `note`
+    (what changed in the weights since the trainer's evaluation) forces a new one and goes into its line."""
     step = trainer.state.global_step
     made = [
         e
         for e in trainer.state.log_history
         if e.get("step") == step and any(k.startswith("eval_") for k in e)
     ]
-    if made:
+    if made and not note:
         return made[-1]
     metrics = trainer.evaluator(trainer.model)
     if trainer.is_world_process_zero():
         path = Path(trainer.args.output_dir) / METRICS_FILE
-        append_jsonl(path, {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}})
+        append_jsonl(path, {"step": step, **(note or {}), **{f"eval_{k}": v for k, v in metrics.items()}})
     return metrics
 
 
@@ -266,8 +268,20 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
             evaluate(trainer) if resume is None else recorded_before(settings), settings.eval, dims
         )
     trainer.train(resume_from_checkpoint=resume)
+    note = None
+    if settings.export.base_weight:  # before the last evaluation, so it scores the weights exported
+        base = settings.model
+        average_with_base(
+            model,
+            settings.export.base_weight,
+            base.base,
+            base.pooling,
+            base.max_length,
+            base.trust_remote_code,
+        )
+        note = {"base_weight": settings.export.base_weight}
     if trainer.evaluator is not None:
-        after = set_scores(evaluate(trainer), settings.eval, dims)
+        after = set_scores(evaluate(trainer, note), settings.eval, dims)
     summary = {"steps": trainer.state.global_step, "eval_before": before or None, "eval_after": after or {}}
     if trainer.is_world_process_zero():
         export_path = Path(settings.export.path or output_dir / "neobert-embed")

@@ -1,0 +1,38 @@
+"""Weight-space ensembling with the base model: the export is a weighted average of the fine-tuned and the base
+weights (WiSE-FT, Wortsman et al. 2022, "Robust fine-tuning of zero-shot models").
+
+Fine-tuning a mature embedder on one narrow source (WordNet glosses) moves it towards that source and away
+from others: on the cross-source FOLDOC set the fine-tuned MiniLM scores below its base. Averaging the two sets
+of weights keeps most of the gain on the training distribution and recovers, often exceeds, the base model on
+other text (docs/contrastive.md has the measured curve). Hand-written: neither sentence-transformers nor peft
+offers weight averaging with the starting point, and it is one weighted sum per tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from neoembed.contrastive.lora import has_adapters, merge_adapters
+from neoembed.contrastive.model import build_model
+from neoembed.errors import RunError
+
+
+def average_with_base(
+    model, base_weight: float, base: str, pooling: str, max_length: int, trust_remote_code: bool
+):
+    """Set `model`'s weights to (1 - base_weight) x its own + base_weight x those of the base it was trained
+    from (reloaded from `base` as `build_model` loads it). LoRA adapters are merged into the weights first."""
+    if has_adapters(model):
+        merge_adapters(model)
+    reference = build_model(base, pooling, max_length, trust_remote_code).state_dict()
+    state = model.state_dict()
+    mismatched = [k for k, v in state.items() if k not in reference or reference[k].shape != v.shape]
+    if mismatched:
+        raise RunError(
+            f"export.base_weight: the fine-tuned model and its base {base!r} differ in {mismatched[:3]}; "
+            "their weights cannot be averaged"
+        )
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if tensor.is_floating_point():
+                tensor.lerp_(reference[name].to(tensor.device, tensor.dtype), base_weight)
