@@ -308,7 +308,7 @@ def recipe(build: Path, base: Path, out: Path, distill: dict, steps: int = 6, **
             "batch_size": 6,
             "log_steps": 1,
             "save_steps": steps // 2,
-            "threads": 2,
+            "threads": 1,
         },
         "eval": {"kind": "none"},
     }
