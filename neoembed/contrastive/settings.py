@@ -54,7 +54,7 @@ class DistillSettings(StrictSettings):
     target: Literal["scores", "embedding"] = "scores"
     weight: float = Field(default=1.0, gt=0.0)
     metric: Literal["cosine", "mse"] = "cosine"  # target embedding: 1 - cosine, or mean squared error
-    temperature: float | None = Field(default=None, gt=0.0)  # target scores, both softmaxes; None: loss's
+    temperature: float | None = Field(default=None, gt=0.0)  # target scores, both sides; None: loss's
     max_length: int | None = Field(default=None, gt=1)  # the teacher's truncation; None: the teacher's own
     batch_size: int = Field(default=64, gt=0)  # teacher encoding batch
     chunk_rows: int = Field(default=4096, gt=0)  # texts embedded between two appends to the cache
@@ -80,7 +80,7 @@ class LossSettings(StrictSettings):
         return self
 
     @model_validator(mode="after")
-    def _something_trains(self):
+    def _losses_fit(self):
         if self.infonce_weight == 0 and self.distill is None:
             raise ValueError("infonce_weight 0 leaves no loss: set distill, or a positive infonce_weight")
         if self.distill and self.distill.target == "embedding" and self.matryoshka_dims:
