@@ -75,7 +75,7 @@ def test_the_bench_trains_both_models_on_one_budget_and_reports_every_target(tmp
     base = tiny_encoder_dir(tmp_path, minilm_path)
     out = tmp_path / "bench"
     args = ["bench", "contrastive", "--model", str(base), "--rows", "1000", "--minutes", "0.05",
-            "--threads", "1", "--out", str(out), "--set", "eval.kind=none", "--set", "train.save_steps=1000", "--set", "train.batch_size=16"]  # fmt: skip
+            "--threads", "1", "--out", str(out), "--set", "eval.sets=[]", "--set", "train.save_steps=1000", "--set", "train.batch_size=16"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "contrastive.json").read_text())

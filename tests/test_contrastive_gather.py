@@ -1,5 +1,6 @@
 """2 gloo processes x batch b give the loss and gradients of 1 process x batch 2b (gathered, with and without
-GradCache and Matryoshka dimensions, with a copy of a positive on the other rank). Run under torchrun, this file is also the worker."""
+GradCache and Matryoshka dimensions, with score distillation from a teacher, with a copy of a positive on the
+other rank). Run under torchrun, this file is also the worker."""
 
 from __future__ import annotations
 
@@ -18,22 +19,43 @@ COLUMNS = [
     [f"an unrelated sentence {i}" for i in range(ROWS)],
 ]
 COLUMNS[2][5] = COLUMNS[1][0]  # rank 1 holds a copy of rank 0's first positive as a hard negative
-# name: (GradCache mini-batch size, Matryoshka dimensions)
+# name: (GradCache mini-batch size, Matryoshka dimensions, score distillation)
 VARIANTS = {
-    "plain": (None, None),
-    "cached": (3, None),
-    "matryoshka": (None, [32, 8]),
-    "matryoshka-cached": (3, [32, 8]),
+    "plain": (None, None, False),
+    "cached": (3, None, False),
+    "matryoshka": (None, [32, 8], False),
+    "matryoshka-cached": (3, [32, 8], False),
+    "distill": (None, None, True),
+    "distill-matryoshka-cached": (3, [32, 8], True),
 }
+
+
+def score_distillation():
+    """A teacher's in-batch scores as the distillation target: fixed random 16-d teacher embeddings."""
+    import numpy as np
+
+    from neoembed.contrastive.distill import ScoreDistillation, TeacherTargets
+    from neoembed.data.normalize import text_key
+
+    texts = sorted({text for column in COLUMNS for text in column})
+    vectors = np.random.default_rng(0).normal(size=(len(texts), 16)).astype("float32")
+    targets = TeacherTargets(np.array([text_key(t) for t in texts]), vectors)
+    return ScoreDistillation(targets, temperature=0.05, weight=1.0)
 
 
 def loss_and_grads(model, columns, variant) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
     from neoembed.data.normalize import text_key
 
-    mini_batch_size, dims = variant
+    mini_batch_size, dims, distill = variant
     model.zero_grad()
-    loss = InfoNCELoss(model, symmetric=True, mini_batch_size=mini_batch_size)
+    loss = InfoNCELoss(
+        model,
+        symmetric=True,
+        mini_batch_size=mini_batch_size,
+        weight=0.5 if distill else 1.0,
+        distill=score_distillation() if distill else None,
+    )
     if dims:
         loss = with_matryoshka(model, loss, dims, [1.0, 0.5])
     keys = [torch.tensor([text_key(t) for t in texts]) for texts in columns]

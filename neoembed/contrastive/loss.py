@@ -10,11 +10,16 @@ is the same text as the row's positive is masked out (the positive itself stays)
 other text are masked after their first occurrence. "The same text" is `data.normalize.text_key`, which the
 build stores and the trainer passes as the loss's labels, one int64 tensor of keys per column: 8 bytes a text
 to gather across ranks, no text transfer.
+
+A distillation term (`neoembed.contrastive.distill`) can be added to InfoNCE, each with its weight: it scores
+the same (gathered, duplicate-masked) batch, so it composes with GradCache, gathering and Matryoshka as
+InfoNCE does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -41,10 +46,14 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
         symmetric: bool = False,
         gather: bool = True,
         mini_batch_size: int | None = None,
+        weight: float = 1.0,
+        distill: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        if weight == 0 and distill is None:
+            raise ValueError("an InfoNCE weight of 0 needs a distillation term")
         self.model = model
         self.scale = 1.0 / temperature
         self.symmetric = symmetric
@@ -53,6 +62,9 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
         self.mini_batch_size = mini_batch_size or 0
         # CachedLossMixin says True for the class; MatryoshkaLoss reads it to pick how it wraps this loss.
         self.uses_gradient_cache = self.cached
+        self.weight = weight
+        self.distill = distill  # called as distill(batch, reps, keys); carries its own `weight`
+        self.components: dict[str, Tensor] = {}  # weighted terms summed since `pop_components`
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Sequence[Tensor]) -> Tensor:
         """`labels`: per column, the `text_key`s of its texts (int64, one per row)."""
@@ -78,28 +90,52 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
         self, reps: list[list[Tensor]], labels: list[Tensor] | None = None, *, with_backward: bool = False
     ) -> Tensor:
         keys = labels
-        local_queries = torch.cat(reps[0])
-        batch = local_queries.shape[0]
-        queries = F.normalize(self._gather(local_queries, True), dim=-1)
-        docs = F.normalize(torch.cat([self._gather(torch.cat(r), True) for r in reps[1:]]), dim=-1)
-        query_keys = self._gather(keys[0], False)
-        doc_keys = torch.cat([self._gather(k, False) for k in keys[1:]])
-        world_batch = queries.shape[0]
-        offset = get_rank() * batch if world_batch > batch else 0
-        rows = torch.arange(offset, offset + batch, device=queries.device)
-
-        scores = self.scale * queries[rows] @ docs.T  # (batch, world_batch x columns); column i = positive i
-        loss = F.cross_entropy(
-            scores.masked_fill(_duplicates(doc_keys, doc_keys[rows], rows), -torch.inf), rows
-        )
-        if self.symmetric:
-            scores = self.scale * docs[rows] @ queries.T  # each positive against every query
-            masked = scores.masked_fill(_duplicates(query_keys, query_keys[rows], rows), -torch.inf)
-            loss = (loss + F.cross_entropy(masked, rows)) / 2
+        columns = [torch.cat(r) for r in reps]
+        batch = self.in_batch(columns, keys)
+        terms = {}
+        if self.weight:
+            terms["infonce"] = self.weight * self.infonce(batch)
+        if self.distill is not None:
+            terms["distill"] = self.distill.weight * self.distill(batch, columns, keys)
+            for name, value in terms.items():
+                self.components[name] = self.components.get(name, 0.0) + value.detach()
+        loss = sum(terms.values())
         if with_backward:
             loss.backward()
             loss = loss.detach()
         return loss
+
+    def in_batch(self, columns: list[Tensor], keys: list[Tensor]) -> InBatch:
+        """This rank's queries and every rank's documents, normalised, with their keys."""
+        local_queries = columns[0]
+        batch = local_queries.shape[0]
+        queries = F.normalize(self._gather(local_queries, True), dim=-1)
+        docs = F.normalize(torch.cat([self._gather(c, True) for c in columns[1:]]), dim=-1)
+        offset = get_rank() * batch if queries.shape[0] > batch else 0
+        return InBatch(
+            queries=queries,
+            docs=docs,
+            query_keys=self._gather(keys[0], False),
+            doc_keys=torch.cat([self._gather(k, False) for k in keys[1:]]),
+            rows=torch.arange(offset, offset + batch, device=queries.device),
+        )
+
+    def infonce(self, batch: InBatch) -> Tensor:
+        rows = batch.rows
+        loss = F.cross_entropy(batch.scores(self.scale).masked_fill(batch.duplicates(), -torch.inf), rows)
+        if self.symmetric:
+            scores = self.scale * batch.docs[rows] @ batch.queries.T  # each positive against every query
+            masked = scores.masked_fill(
+                _duplicates(batch.query_keys, batch.query_keys[rows], rows), -torch.inf
+            )
+            loss = (loss + F.cross_entropy(masked, rows)) / 2
+        return loss
+
+    def pop_components(self) -> dict[str, Tensor]:
+        """The weighted InfoNCE and distillation terms since the last call (summed over Matryoshka
+        dimensions, unweighted by them), for the training log; empty without distillation."""
+        components, self.components = self.components, {}
+        return components
 
     def get_config_dict(self) -> dict:
         return {
@@ -107,20 +143,45 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
             "symmetric": self.symmetric,
             "gather": self.gather,
             "mini_batch_size": self.mini_batch_size or None,
+            **({"weight": self.weight, "distill": self.distill.get_config_dict()} if self.distill else {}),
         }
+
+
+@dataclass
+class InBatch:
+    """A batch as InfoNCE scores it: this rank's queries against the documents of every rank's batch."""
+
+    queries: Tensor  # (world batch, dim), L2-normalised
+    docs: Tensor  # (world batch x document columns, dim), L2-normalised; docs[rows[i]] is query i's positive
+    query_keys: Tensor  # text keys of `queries`
+    doc_keys: Tensor  # text keys of `docs`
+    rows: Tensor  # this rank's rows of the gathered batch
+
+    def scores(self, scale: float) -> Tensor:
+        """(batch, documents) cosine x scale of this rank's queries against every document."""
+        return scale * self.queries[self.rows] @ self.docs.T
+
+    def duplicates(self) -> Tensor:
+        """The (batch, documents) candidates that do not count: repeats of a text (see `_duplicates`)."""
+        return _duplicates(self.doc_keys, self.doc_keys[self.rows], self.rows)
 
 
 def _duplicates(candidate_keys: Tensor, target_keys: Tensor, targets: Tensor) -> Tensor:
     """(rows, candidates) mask of candidates that repeat a text: copies of the row's target (not the target
     itself) and every later copy of any text already seen at a lower candidate index."""
-    columns = torch.arange(candidate_keys.numel(), device=candidate_keys.device)
-    unique, inverse = torch.unique(candidate_keys, return_inverse=True)
-    first = torch.full_like(unique, candidate_keys.numel()).scatter_reduce(0, inverse, columns, "amin")
-    repeated = first[inverse] != columns  # this text was seen at an earlier column
+    repeated = ~first_occurrences(candidate_keys)  # this text was seen at an earlier column
     copies_of_target = candidate_keys[None, :] == target_keys[:, None]
     mask = copies_of_target | repeated[None, :]
     mask[torch.arange(len(targets), device=mask.device), targets] = False
     return mask
+
+
+def first_occurrences(keys: Tensor) -> Tensor:
+    """Boolean mask of the positions holding the first occurrence of their key."""
+    positions = torch.arange(keys.numel(), device=keys.device)
+    unique, inverse = torch.unique(keys, return_inverse=True)
+    first = torch.full_like(unique, keys.numel()).scatter_reduce(0, inverse, positions, "amin")
+    return first[inverse] == positions
 
 
 def with_matryoshka(

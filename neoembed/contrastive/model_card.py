@@ -5,8 +5,8 @@ While it trains, sentence-transformers' trainer fills the model's `SentenceTrans
 evaluator results), and the library's `generate_model_card` renders its card from it. neoembed adds what the
 library cannot see: the base model as the recipe named it, the records directory and the rows of each
 source, the steps trained, each held-out set's scores before and after fine-tuning with the relative change (a
-drop on the cross-source set is the sign of a model that fit its training source), LoRA, Matryoshka and prompt
-usage, and the recipe, as one "Training with neoembed" section before the library's training details.
+drop on the cross-source set is the sign of a model that fit its training source), LoRA, Matryoshka, prompt
+usage, distillation from a teacher, and the recipe, as one "Training with neoembed" section before the library's training details.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.embedder import MINILM_ALIASES
 
 SECTION_BEFORE = "\n## Training Details\n"  # the library template's heading our section goes in front of
-TAGS = ["neoembed", "infonce"]
 
 
 @dataclass
@@ -46,6 +45,8 @@ class TrainingFacts:
     before: dict[str, dict[str, float]]  # held-out set -> metric -> value (empty: not measured)
     after: dict[str, dict[str, float]]
     recipe: dict
+    infonce_weight: float = 1.0
+    distillation: str | None = None  # e.g. "from **teacher** (weight 1.0): what it matched"
 
 
 def training_facts(
@@ -82,7 +83,27 @@ def training_facts(
         before=before or {},
         after=after or {},
         recipe=settings.model_dump(mode="json"),
+        infonce_weight=settings.loss.infonce_weight,
+        distillation=distillation(settings, dimension),
     )
+
+
+def distillation(settings: ContrastiveSettings, dimension: int) -> str | None:
+    """What the student learnt from its teacher, as the card says it."""
+    distill = settings.loss.distill
+    if distill is None:
+        return None
+    teacher = MINILM_ALIASES[-1] if distill.teacher in MINILM_ALIASES else distill.teacher
+    if distill.target == "scores":
+        temperature = distill.temperature or settings.loss.temperature
+        target = (
+            "KL divergence to the teacher's softmax over each query's in-batch documents, cosine / "
+            f"temperature {temperature}"
+        )
+    else:
+        target = f"the teacher's embeddings matched by {distill.metric} distance"
+        target += f" through a learned projection (not exported) where they are not {dimension}-dimensional"
+    return f"from **{teacher}** (weight {distill.weight}): {target}"
 
 
 def model_card(model, facts: TrainingFacts) -> str:
@@ -93,7 +114,9 @@ def model_card(model, facts: TrainingFacts) -> str:
     card_data.model_name = facts.name
     if is_hub_id(facts.base_model):  # the library links the base model on the Hub
         card_data.base_model = facts.base_model
-    card_data.add_tags(TAGS)
+    card_data.add_tags(
+        ["neoembed"] + ["infonce"] * bool(facts.infonce_weight) + ["distillation"] * bool(facts.distillation)
+    )
     library_card = generate_model_card(model)
     section = neoembed_section(facts, model.prompts)
     head, heading, tail = library_card.partition(SECTION_BEFORE)
@@ -169,10 +192,19 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         else "No held-out evaluation was run (eval.sets empty)."
     )
     recipe = yaml.safe_dump(facts.recipe, sort_keys=False).strip()
+    infonce = (
+        f"InfoNCE (cosine similarity / temperature {facts.temperature}, in-batch and hard negatives, one "
+        "source per step)"
+    )
+    if facts.distillation and facts.infonce_weight:
+        objective = f"with {infonce} (weight {facts.infonce_weight}) plus distillation {facts.distillation}"
+    elif facts.distillation:
+        objective = f"by distillation {facts.distillation}; one source per step"
+    else:
+        objective = f"with {infonce}"
     return f"""## Training with neoembed
 
-Fine-tuned by `neoembed contrastive` from **{facts.base_model}** with InfoNCE (cosine similarity / temperature
-{facts.temperature}, in-batch and hard negatives, one source per step) for **{facts.steps} steps**{lora}.
+Fine-tuned by `neoembed contrastive` from **{facts.base_model}** for **{facts.steps} steps**{lora} {objective}.
 Embeddings are {facts.dimension}-dimensional, {facts.pooling}-pooled{normalized}; inputs are truncated at
 {facts.max_seq_length} tokens (fine-tuned at {facts.max_length}).{matryoshka}{averaged}
 

@@ -44,8 +44,28 @@ class ModelSettings(StrictSettings):
     lora: LoraSettings | None = None  # None: every weight trains
 
 
+class DistillSettings(StrictSettings):
+    """Distillation from a teacher embedder, added to InfoNCE: loss = loss.infonce_weight x InfoNCE + weight x
+    the distillation term. The teacher embeds every distinct training text once, into <train.output_dir>/teacher
+    (resumed after a kill); its texts are the records' raw texts, without the student's prompts."""
+
+    teacher: str = "minilm"  # any sentence-transformers model: a directory, a hub id, or minilm
+    # scores: KL between the teacher's and the student's softmax over each query's in-batch candidates (the
+    # InfoNCE candidates, duplicates masked alike); embedding: the student's embedding against the teacher's
+    # (through a learned linear projection, not exported, where the dimensions differ)
+    target: Literal["scores", "embedding"] = "scores"
+    weight: float = Field(default=1.0, gt=0.0)
+    metric: Literal["cosine", "mse"] = "cosine"  # target embedding: 1 - cosine, or mean squared error
+    temperature: float | None = Field(default=None, gt=0.0)  # target scores, both sides; None: loss's
+    max_length: int | None = Field(default=None, gt=1)  # the teacher's truncation; None: the teacher's own
+    batch_size: int = Field(default=64, gt=0)  # teacher encoding batch
+    chunk_rows: int = Field(default=4096, gt=0)  # texts embedded between two appends to the cache
+
+
 class LossSettings(StrictSettings):
     temperature: float = Field(default=0.07, gt=0.0)
+    infonce_weight: float = Field(default=1.0, ge=0.0)  # 0 with distill: distillation alone
+    distill: DistillSettings | None = None  # None: InfoNCE alone
     symmetric: bool = False  # add the document-to-query term
     gather: bool = True  # score against the embeddings of every rank
     mini_batch_size: int | None = Field(default=None, gt=0)  # GradCache chunk size; None: no caching
@@ -59,6 +79,18 @@ class LossSettings(StrictSettings):
             self.matryoshka_dims or []
         ):
             raise ValueError("matryoshka_weights needs one weight per entry of matryoshka_dims")
+        return self
+
+    @model_validator(mode="after")
+    def _losses_fit(self):
+        if self.infonce_weight == 0 and self.distill is None:
+            raise ValueError("infonce_weight 0 leaves no loss: set distill, or a positive infonce_weight")
+        if self.distill and self.distill.target == "embedding" and self.matryoshka_dims:
+            # Matryoshka hands the loss truncated, re-normalised embeddings: nothing a teacher's full
+            # embedding (or one projection) can be compared with at every size. The scores target can.
+            raise ValueError(
+                "distill.target embedding does not combine with matryoshka_dims; use distill.target scores"
+            )
         return self
 
 

@@ -3,9 +3,9 @@
 The trainer (the HF Trainer underneath) brings torchrun DDP, DeepSpeed, AdamW with warmup and schedule, bf16,
 gradient clipping, rotating checkpoints with optimiser/scheduler/RNG state and exact resume, and periodic
 evaluation; sentence-transformers adds per-dataset prompts, LoRA adapters (peft) and the Matryoshka wrapper.
-neoembed adds the records as training columns (texts and their keys), the duplicate-aware InfoNCE loss,
-homogeneous global batches, the JSONL metrics file and NaN stop (`runs.MetricsLog`), and the export with its
-model card.
+neoembed adds the records as training columns (texts and their keys), the duplicate-aware InfoNCE loss and
+the optional distillation from a teacher (`distill`), homogeneous global batches, the JSONL metrics file and
+NaN stop (`runs.MetricsLog`), and the export with its model card.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ from neoembed.contrastive.data import (
     load_training_sources,
     text_columns,
     text_keys,
+)
+from neoembed.contrastive.distill import (
+    DistinctTexts,
+    EmbeddingDistillation,
+    distillation_term,
+    load_teacher,
 )
 from neoembed.contrastive.evaluation import build_evaluator, describe_sets, set_scores
 from neoembed.contrastive.export import declared_max_seq_length, export_model
@@ -83,6 +89,29 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
             self.loss,
             "train",
         )
+
+    @property
+    def infonce(self) -> InfoNCELoss:
+        return next(m for m in self.loss.modules() if isinstance(m, InfoNCELoss))  # maybe inside Matryoshka
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The library's, and with distillation the InfoNCE and distillation terms logged beside the loss."""
+        self.infonce.pop_components()  # only this call's terms
+        result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        components = self.infonce.pop_components()
+        if components:
+            self.track_loss_components(components)
+        return result
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        super()._save(output_dir, state_dict)
+        if isinstance(self.infonce.distill, EmbeddingDistillation):
+            self.infonce.distill.save_projection(Path(output_dir or self.args.output_dir))
+
+    def _load_from_checkpoint(self, checkpoint_path: str, *args, **kwargs) -> None:
+        super()._load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        if isinstance(self.infonce.distill, EmbeddingDistillation):
+            self.infonce.distill.load_projection(Path(checkpoint_path))
 
     def collect_features(self, inputs: dict) -> tuple[list[dict], list[torch.Tensor]]:
         """Each column's model inputs, and as the loss's labels each column's text keys."""
@@ -160,25 +189,35 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         add_lora(model, settings.model.lora)
     if train.compile:
         compile_encoder(model)
+    dims = matryoshka_dims(settings, model.get_embedding_dimension())
+    evaluator = build_evaluator(settings.eval, settings.data.prompts, scored_dims(settings, model))
+    columns = {name: text_columns(d) for name, d in sources.items()}
+    args = training_arguments(
+        settings, evaluator is not None, prompts.training_prompts(settings.data.prompts, columns)
+    )
+    teacher = load_teacher(settings, model, args.world_size) if settings.loss.distill else None
+    # Recorded only once data and models loaded: a run that failed to start does not pin its recipe.
+    output_dir = Path(train.output_dir)
+    check_resume_compatible(settings, output_dir)
+    dump_recipe(settings, output_dir / "recipe.yaml")
+    keys = {name: text_keys(d) for name, d in sources.items()}  # before the trainer's transforms
+    distill = None
+    if teacher is not None:
+        trained_on = last_complete_checkpoint(output_dir) is not None
+        texts = DistinctTexts(sources, keys)
+        distill = distillation_term(settings, model, teacher, texts, args, trained_on)
+        del teacher  # its outputs are cached; free its memory for training
     loss = InfoNCELoss(
         model,
         temperature=settings.loss.temperature,
         symmetric=settings.loss.symmetric,
         gather=settings.loss.gather,
         mini_batch_size=settings.loss.mini_batch_size,
+        weight=settings.loss.infonce_weight,
+        distill=distill,
     )
-    dims = matryoshka_dims(settings, model.get_embedding_dimension())
     if dims:
         loss = with_matryoshka(model, loss, dims, settings.loss.matryoshka_weights)
-    evaluator = build_evaluator(settings.eval, settings.data.prompts, scored_dims(settings, model))
-    columns = {name: text_columns(d) for name, d in sources.items()}
-    args = training_arguments(
-        settings, evaluator is not None, prompts.training_prompts(settings.data.prompts, columns)
-    )
-    # Recorded only once data and model loaded: a run that failed to start does not pin its recipe.
-    output_dir = Path(train.output_dir)
-    check_resume_compatible(settings, output_dir)
-    dump_recipe(settings, output_dir / "recipe.yaml")
     return ContrastiveTrainer(
         model=model,
         args=args,
@@ -187,7 +226,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         loss=loss,
         evaluator=evaluator,
         settings=settings,
-        text_keys={name: text_keys(d) for name, d in sources.items()},  # before the trainer's transforms
+        text_keys=keys,
         callbacks=[MetricsLog(output_dir / METRICS_FILE)]
         + ([TimeBudget(train.max_minutes)] if train.max_minutes else []),
     )
