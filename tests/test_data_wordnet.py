@@ -91,3 +91,7 @@ def test_wordnet_source_reads_only_training_synsets():
     assert pairs.count("lemmas_gloss") == len(train)
     assert pairs.count("example_gloss") == sum(len(s.examples) for s in train)
     assert pairs.count("synonyms") == sum(len(s.lemmas) * (len(s.lemmas) - 1) // 2 for s in train)
+    # A --max-rows prefix samples the whole of WordNet, not the top of the noun file.
+    first = rows.select(range(5000))
+    assert {s.rsplit("-", 1)[1] for s in first["synset"]} == {"n", "v", "a", "s", "r"}
+    assert set(first["pair"]) == {"lemmas_gloss", "example_gloss", "synonyms"}

@@ -44,7 +44,7 @@ STAGING_SCHEMA = pa.schema(
     ]
 )
 BATCH_ROWS = 10_000
-FORMAT_VERSION = "4"  # bump when normalisation or filtering changes, so old staging is rebuilt
+FORMAT_VERSION = "5"  # bump when normalisation or filtering changes, so old staging is rebuilt
 
 
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:

@@ -87,7 +87,17 @@ def load_synsets(path: Path | str | None = None) -> list[Synset]:
     return list(_load(Path(path) if path is not None else wordnet_dir()))
 
 
+def _hash(synset_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(synset_id.encode(), digest_size=8).digest(), "big")
+
+
+def sample_order(synsets: list[Synset]) -> list[Synset]:
+    """`synsets` in a fixed pseudo-random order (a hash of the id, the same on every machine): any prefix of it
+    is a sample of every part of speech and of the whole hierarchy."""
+    return sorted(synsets, key=lambda s: _hash(s.id))
+
+
 def split_of(synset_id: str) -> str:
     """ "train" or "heldout": a stable hash of the synset id puts about 10% of synsets in "heldout"."""
-    bucket = int.from_bytes(hashlib.blake2b(synset_id.encode(), digest_size=8).digest(), "big") % 100
+    bucket = _hash(synset_id) % 100
     return "heldout" if bucket < HELDOUT_PERCENT else "train"
