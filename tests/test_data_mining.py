@@ -185,6 +185,26 @@ def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
     assert report["lemma_queries"]["negatives"] > 100 and report["lemma_queries"]["false"] == 0
 
 
+def test_the_audit_counts_other_senses_and_hypernyms_of_a_lemma_query_as_false(tmp_path):
+    import json
+
+    import pyarrow as pa
+
+    dog = next(s for s in load_synsets() if s.lemmas[:2] == ("dog", "domestic dog"))
+    negatives = [
+        "metal supports for logs in a fireplace",  # andiron, firedog, dog: another sense of "dog"
+        "any of various fissiped mammals with nonretractile claws and typically long muzzles",  # canine
+        "a hinged catch that fits into a notch of a ratchet to move a wheel forward",  # not a gloss
+    ]
+    row = {"query": ", ".join(dog.lemmas), "positive": dog.gloss, "negatives": negatives, "source": "wordnet"}
+    (tmp_path / "wordnet").mkdir()
+    pq.write_table(pa.Table.from_pylist([row]), tmp_path / "wordnet" / "part-00000.parquet")
+    (tmp_path / "stats.json").write_text(json.dumps({"sources": {"wordnet": {"rows_out": 1}}}))
+    report = audit(tmp_path)["lemmas_gloss"]
+    assert report["negatives"] == 3 and report["false"] == 2
+    assert report["false_by_kind"] == {"other_sense": 1, "hypernym": 1, "same_synset": 0}
+
+
 @pytest.mark.slow
 def test_killed_build_resumes_to_a_byte_identical_result(tmp_path):
     """A real SIGKILL while mining WordNet parts; the resumed build equals an uninterrupted one byte for byte."""
