@@ -61,6 +61,8 @@ def test_repository_manifests_cover_every_source_and_validate():
         ("unknown_field: 1\n", "field unknown_field: unknown field"),
         ("mapping: {query: anchor, positive: 'pos[x'}\n", "field mapping.positive"),
         ("options: {min_chars: many}\n", "field options.min_chars"),
+        ("mapping: {query: a, positive: p, group: g, relations: [h]}\n", "relations or group"),
+        ("mapping: {query: a, positive: p, relations: [h, h]}\n", "field mapping.relations: "),
     ],
 )
 def test_manifest_errors_name_file_and_field(tmp_path, edit, field):
@@ -72,6 +74,14 @@ def test_manifest_errors_name_file_and_field(tmp_path, edit, field):
     with pytest.raises(ManifestError) as err:
         load_manifest(path)
     assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_a_single_group_column_is_read_as_one_relation(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("name: old\ndescription: d\ndataset: a/b\nlicence: l\npaper: release\n")
+    with path.open("a") as fh:
+        fh.write("mapping: {query: q, positive: p, group: thread}\n")
+    assert load_manifest(path)[0].mapping.relations == ["thread"]
 
 
 def test_missing_column_names_manifest_and_field(tmp_path, sources):

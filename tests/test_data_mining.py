@@ -7,8 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from neoembed.data.build import BuildConfig, build
+from neoembed.data.false_negatives import audit
 from neoembed.data.mining import Miner, MiningConfig
 from neoembed.data.normalize import clean, text_key
+from neoembed.data.relations import Keys, relation_key
+from neoembed.data.rescore import RescoreConfig
 from neoembed.data.wordnet import load_synsets, split_of
 
 PAIRS = [
@@ -47,10 +50,14 @@ def keys(texts):
     return np.array([text_key(clean(t)) for t in texts], dtype=np.int64)
 
 
-def mine(miner, pairs, tmp_path, groups=None):
+def mine(miner, pairs, tmp_path, relations=None):
+    """`relations`: {kind: one list of values per row}."""
     queries, positives = [q for q, _ in pairs], [p for _, p in pairs]
-    groups = np.zeros(len(pairs), dtype=np.uint64) if groups is None else np.array(groups, dtype=np.uint64)
-    return miner.mine(queries, keys(queries), positives, keys(positives), groups, tmp_path)
+    relations = {
+        kind: Keys.from_lists([[relation_key(v) for v in row] for row in rows])
+        for kind, rows in (relations or {}).items()
+    }
+    return miner.mine(queries, keys(queries), positives, keys(positives), relations, tmp_path)
 
 
 def test_margin_rule_removes_the_planted_false_negative(miner, tmp_path):
@@ -110,15 +117,21 @@ def test_positive_duplicates_other_positives_and_the_query_itself_are_never_nega
     assert stats.dropped_positive >= len(pairs)
 
 
-def test_rows_of_one_group_are_never_negatives_for_each_other(miner, tmp_path):
+def test_rows_sharing_any_relation_are_never_negatives_for_each_other(miner, tmp_path):
     ungrouped, _ = mine(miner, PAIRS, tmp_path / "a")
     victim = ungrouped[0][0]  # the hardest negative of the first query, the positive of some row r
     r = next(i for i, (_, p) in enumerate(PAIRS) if p == victim)
-    groups = [0] * len(PAIRS)
-    groups[0] = groups[r] = 7  # same group: e.g. two pairs from one WordNet synset
-    grouped, _ = mine(miner, PAIRS, tmp_path / "b", groups)
-    assert victim not in grouped[0] and PAIRS[0][1] not in grouped[r]
-    assert grouped[0][: len(ungrouped[0]) - 1] == ungrouped[0][1:]  # the rest move up
+    second = next(n for n in ungrouped[r] if n != PAIRS[0][1])  # a negative of row r, the positive of row s
+    s = next(i for i, (_, p) in enumerate(PAIRS) if p == second)
+    # Row 0 and row r share a value in a list ("bread"), r and s a thread id; other rows have other values.
+    words = [["bread", "oven"] if i == 0 else ["bread"] if i == r else [f"w{i}"] for i in range(len(PAIRS))]
+    thread = [["t1"] if i in (r, s) else [] for i in range(len(PAIRS))]
+    related, stats = mine(miner, PAIRS, tmp_path / "b", {"words": words, "thread": thread})
+    assert victim not in related[0] and PAIRS[0][1] not in related[r]
+    assert second not in related[r] and PAIRS[r][1] not in related[s]
+    assert related[0][: len(ungrouped[0]) - 1] == ungrouped[0][1:]  # the rest move up
+    # Each removal is counted once, under its kind (every pool text is a candidate of every query here)
+    assert stats.dropped_relation == {"words": 2, "thread": 2}
 
 
 def test_encoding_resumes_after_the_last_complete_chunk(tmp_path):
@@ -145,8 +158,9 @@ def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
             manifests=manifests,
             out=tmp_path,
             sources=("wordnet",),
-            max_rows=150,
-            rows_per_shard=100,
+            # Synsets come in a pseudo-random order: enough rows that the words of some share senses.
+            max_rows=600,
+            rows_per_shard=400,
             mining=MiningConfig(batch_size=64),
         )
     )
@@ -154,7 +168,7 @@ def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
         r for p in sorted((tmp_path / "wordnet").glob("part-*.parquet")) for r in pq.read_table(p).to_pylist()
     ]
     assert (
-        len(rows) == stats["sources"]["wordnet"]["rows_out"] > 100
+        len(rows) == stats["sources"]["wordnet"]["rows_out"] > 400
         and stats["sources"]["wordnet"]["parts"] == 2
     )
     assert stats["sources"]["wordnet"]["negatives_per_row"] > 1
@@ -165,6 +179,34 @@ def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
             train.update(texts)
     for row in rows:
         assert row["query"] in train and row["positive"] in train
+    # No lemma query got a gloss or word of another sense of its words, of a synonym's sense, or of a hypernym.
+    relation = stats["sources"]["wordnet"]["mining"]["dropped_relation"]
+    assert relation["synsets"] and relation["lemmas"]  # any relation kind: test_rows_sharing_any_relation_*
+    report = audit(tmp_path)
+    # A word whose senses the relations do not link (e.g. another lemma spelled alike) can slip through: on the
+    # 20,000-row build 0.02% of lemma queries' negatives (docs/contrastive.md), 3.5% before the relations.
+    lemma_queries = report["lemma_queries"]
+    assert lemma_queries["negatives"] > 100 and lemma_queries["false"] <= 0.01 * lemma_queries["negatives"]
+
+
+def test_the_audit_counts_other_senses_and_hypernyms_of_a_lemma_query_as_false(tmp_path):
+    import json
+
+    import pyarrow as pa
+
+    dog = next(s for s in load_synsets() if s.lemmas[:2] == ("dog", "domestic dog"))
+    negatives = [
+        "metal supports for logs in a fireplace",  # andiron, firedog, dog: another sense of "dog"
+        "any of various fissiped mammals with nonretractile claws and typically long muzzles",  # canine
+        "a hinged catch that fits into a notch of a ratchet to move a wheel forward",  # not a gloss
+    ]
+    row = {"query": ", ".join(dog.lemmas), "positive": dog.gloss, "negatives": negatives, "source": "wordnet"}
+    (tmp_path / "wordnet").mkdir()
+    pq.write_table(pa.Table.from_pylist([row]), tmp_path / "wordnet" / "part-00000.parquet")
+    (tmp_path / "stats.json").write_text(json.dumps({"sources": {"wordnet": {"rows_out": 1}}}))
+    report = audit(tmp_path)["lemmas_gloss"]
+    assert report["negatives"] == 3 and report["false"] == 2
+    assert report["false_by_kind"] == {"other_sense": 1, "hypernym": 1, "same_synset": 0}
 
 
 @pytest.mark.slow
@@ -231,3 +273,110 @@ def test_mine_always_appends_mined_negatives_after_the_given_ones(tmp_path):
         mined = [n for n in row["negatives"] if n in positives]
         assert mined and row["positive"] not in mined and len(mined) <= 2
     assert stats["sources"]["allnli"]["mining"]["mined"] > 0
+
+
+def test_a_bi_encoder_rescorer_at_margin_m_drops_what_the_teacher_at_m_would(tmp_path):
+    """Rescoring with the teacher itself at a stricter margin: the same negatives as that margin alone."""
+    base = dict(num_negatives=3, candidates=50, batch_size=32)
+    strict, strict_stats = mine(Miner(MiningConfig(**base, margin=0.5)), PAIRS, tmp_path / "a")
+    rescore = RescoreConfig(model="minilm", kind="bi-encoder", margin=0.5, candidates=50, batch_size=32)
+    rescored, stats = mine(Miner(MiningConfig(**base, rescore=rescore)), PAIRS, tmp_path / "b")
+    assert rescored == strict
+    assert stats.dropped_rescore > 0
+    assert stats.dropped_margin + stats.dropped_rescore == strict_stats.dropped_margin
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory):
+    """A randomly initialised one-layer BERT cross-encoder with MiniLM's tokenizer (no hub access needed)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from neoembed.embedder import packaged_minilm_path
+
+    path = tmp_path_factory.mktemp("tiny-ce")
+    tokenizer = AutoTokenizer.from_pretrained(packaged_minilm_path())
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+        initializer_range=0.5,  # scores spread over (0, 1) rather than all near 0.5
+    )
+    BertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_cross_encoder_rescorer_vetoes_the_teachers_first_candidates_it_scores_above_the_positive(
+    tiny_cross_encoder, tmp_path
+):
+    from sentence_transformers import CrossEncoder
+
+    base = dict(candidates=50, batch_size=32)
+    # The teacher's first 5 surviving candidates per query, which the rescorer will see.
+    window, _ = mine(Miner(MiningConfig(**base, num_negatives=5)), PAIRS, tmp_path / "a")
+    rescore = RescoreConfig(model=str(tiny_cross_encoder), margin=1.0, candidates=5)
+    negatives, stats = mine(
+        Miner(MiningConfig(**base, num_negatives=3, rescore=rescore)), PAIRS, tmp_path / "b"
+    )
+    ce = CrossEncoder(str(tiny_cross_encoder))
+    vetoed = 0
+    for (query, positive), seen, kept in zip(PAIRS, window, negatives, strict=True):
+        positive_score, *scores = ce.predict([(query, positive)] + [(query, n) for n in seen])
+        allowed = [n for n, s in zip(seen, scores) if s <= positive_score]  # margin 1: not above the positive
+        assert kept == allowed[:3]
+        vetoed += len(seen) - len(allowed)
+    assert stats.dropped_rescore == vetoed > 0
+
+
+def test_a_manifest_relation_column_excludes_and_the_build_counts_each_rule(tmp_path):
+    """A forum-like source whose rows name their threads: answers in one thread are never each other's
+    negatives; stats.json and the command's summary say what each rule removed."""
+    import json
+
+    import pyarrow as pa
+    from typer.testing import CliRunner
+
+    from neoembed.cli import app
+
+    geo = {10, 11, 12}  # the capital and largest-city rows: one thread, also tagged like their neighbours
+    rows = {
+        "question": [q for q, _ in PAIRS],
+        "answer": [p for _, p in PAIRS],
+        "threads": [["geo"] if i in geo else [f"t{i}"] for i in range(len(PAIRS))],
+    }
+    (tmp_path / "data" / "forum").mkdir(parents=True)
+    pq.write_table(pa.table(rows), tmp_path / "data" / "forum" / "train.parquet")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "forum.yaml").write_text(
+        "name: forum\ndescription: d\ndataset: local/forum\nlicence: l\npaper: release\n"
+        "mapping: {query: question, positive: answer, relations: [threads]}\n"
+    )
+    args = [
+        "build-data",
+        "--manifests",
+        str(tmp_path / "m"),
+        "--sources",
+        "forum",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    args += ["--local-data", str(tmp_path / "data"), "--batch-size", "32", "--margin", "1.0"]
+    args += ["--rescore-model", "minilm", "--rescore-kind", "bi-encoder", "--rescore-margin", "0.5"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+
+    records = pq.read_table(tmp_path / "out" / "forum" / "part-00000.parquet").to_pylist()
+    for i in geo:
+        assert not {PAIRS[j][1] for j in geo} & set(records[i]["negatives"])
+    mining = json.loads((tmp_path / "out" / "stats.json").read_text())["sources"]["forum"]["mining"]
+    assert mining["dropped_relation"] == {"threads": 6}  # 3 rows x 2 others, every pool text a candidate
+    assert mining["dropped_rescore"] > 0  # margin 0.5 under the rescorer is stricter than the teacher's 1.0
+    summary = next(line for line in result.output.splitlines() if line.startswith("mining forum:"))
+    rules = f"shared relation 6 (threads 6), margin {mining['dropped_margin']}, rescore {mining['dropped_rescore']}"
+    assert rules in summary

@@ -7,12 +7,14 @@ from neoembed.data.wordnet import WordNetError, load_synsets, split_of, wordnet_
 
 LICENCE = "  1 This software and database is being provided to you, the LICENSEE, by  \n"
 ADJ = (
-    "00001740 00 a 01 able 0 005 = 05200169 n 0000 | (usually followed by `to') having the necessary means; "
+    "00001740 00 a 01 able 0 001 = 05200169 n 0000 | (usually followed by `to') having the necessary means; "
     '"able to swim"; "she was able to program her computer"  \n'
-    "00003553 00 s 02 emergent 0 galore(ip) 0 003 & 00003356 a 0000 | coming into existence  \n"
+    "00003356 00 a 01 emerging 0 001 & 00003553 a 0000 | coming into being  \n"
+    "00003553 00 s 02 emergent 0 galore(ip) 0 001 & 00003356 a 0000 | coming into existence  \n"
 )
 NOUN = (
-    "00002137 03 n 02 abstraction 0 abstract_entity 0 010 ~ 00023280 n 0000 | a concept; " + '"an idea"  \n'
+    "00002137 03 n 02 abstraction 0 abstract_entity 0 001 ~ 00023280 n 0000 | a concept; " + '"an idea"  \n'
+    "00023280 03 n 01 idea 0 002 @ 00002137 n 0000 @i 00009999 n 0000 | the content of cognition  \n"
 )
 
 
@@ -27,7 +29,7 @@ def wn_dir(tmp_path, monkeypatch):
 def test_parses_lemmas_gloss_and_examples(wn_dir):
     assert wordnet_dir() == wn_dir
     by_id = {s.id: s for s in load_synsets()}
-    assert set(by_id) == {"00002137-n", "00001740-a", "00003553-s"}
+    assert set(by_id) == {"00002137-n", "00023280-n", "00001740-a", "00003356-a", "00003553-s"}
     able = by_id["00001740-a"]
     assert able.gloss == "(usually followed by `to') having the necessary means"
     assert able.examples == ("able to swim", "she was able to program her computer")
@@ -35,6 +37,16 @@ def test_parses_lemmas_gloss_and_examples(wn_dir):
     assert by_id["00002137-n"].examples == ("an idea",)
     assert by_id["00002137-n"].lemmas == ("abstraction", "abstract entity")  # underscores -> spaces
     assert by_id["00003553-s"].examples == ()
+
+
+def test_hypernym_and_similar_to_pointers_resolve_to_synset_ids(wn_dir):
+    by_id = {s.id: s for s in load_synsets()}
+    # `@` kept, `@i` to a synset this copy lacks dropped, `~` (hyponym) not kept: hyponymy is the inverse
+    assert by_id["00023280-n"].hypernyms == ("00002137-n",)
+    assert by_id["00002137-n"].hypernyms == ()
+    # Pointers name adjective satellites with pos "a" too; the id keeps the synset's own type ("s")
+    assert by_id["00003356-a"].similar == ("00003553-s",)
+    assert by_id["00003553-s"].similar == ("00003356-a",)
 
 
 def test_malformed_line_names_file_and_line(tmp_path):

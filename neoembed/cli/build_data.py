@@ -9,11 +9,19 @@ import typer
 from neoembed.cli.options import Flag, options_from
 from neoembed.data.build import BuildConfig, build
 from neoembed.data.manifest import load_manifests
+from neoembed.data.rescore import RescoreConfig
+from neoembed.data.stats import mining_summary
 
 
 @options_from(
     BuildConfig,
-    flags=[Flag("mining.dtype", ("--teacher-dtype",))],
+    flags=[
+        Flag("mining.dtype", ("--teacher-dtype",)),
+        *(
+            Flag(f"mining.rescore.{name}", (f"--rescore-{name.replace('_', '-')}",))
+            for name in RescoreConfig.model_fields
+        ),
+    ],
     exclude=("mining.chunk_rows",),
     # The command line builds the embedded WordNet set at a CPU-friendly size unless told otherwise; the
     # library's defaults (every manifest, every row) suit callers that pass their own manifests.
@@ -42,3 +50,5 @@ def build_data(
         f"wrote {total['rows_out']} rows from {total['rows_read']} read "
         f"({total['negatives_per_row']} negatives/row) to {out}; see {out}/stats.md"
     )
+    for line in mining_summary(stats):
+        typer.echo(f"mining {line}")

@@ -27,6 +27,7 @@ from typing import Annotated
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 from tqdm import tqdm
@@ -36,6 +37,7 @@ from neoembed.data.manifest import load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
 from neoembed.data.prepare import FORMAT_VERSION, prepare_source, staging_paths
+from neoembed.data.relations import Keys
 from neoembed.data.stats import render_markdown
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
@@ -221,7 +223,7 @@ class Build:
                 table["query_key"].to_numpy(),
                 table["positive"].to_pylist(),
                 table["positive_key"].to_numpy(),
-                table["group_key"].to_numpy(),
+                self._relations(unit.source, table),
                 workdir,
             )
             negatives = [_merge(given, new) for given, new in zip(negatives, mined, strict=True)]
@@ -256,6 +258,12 @@ class Build:
             mining_seconds={k: round(v, 3) for k, v in seconds.items()},
             **({"mined": stats.mined, "dropped_margin": stats.dropped_margin} if unit.mine else {}),
         )
+
+    def _relations(self, source: str, table: pa.Table) -> dict[str, Keys]:
+        """Per relation kind of the source's mapping, each staged row's keys."""
+        column = table["relations"].combine_chunks()
+        kinds = self.manifests[source][0].mapping.relations
+        return {kind: Keys.from_arrow(pc.list_element(column, i)) for i, kind in enumerate(kinds)}
 
     def _workdir(self, unit: Unit) -> Path:
         """Where a unit's embeddings live while it is mined; the fingerprint keeps stale ones from being reused."""
@@ -347,7 +355,7 @@ def _source_stats(staged: dict, parts: list[dict]) -> dict:
             histogram[n] = histogram.get(n, 0) + c
     rows = sum(p["rows"] for p in parts)
     mined = [p["mining"] for p in parts if p["mining"]]
-    mining = {k: sum(m[k] for m in mined) for k in mined[0]} if mined else None
+    mining = _sum_counts(mined) if mined else None
     return {
         "rows_read": staged["rows_read"],
         "rows_available": staged["rows_available"],
@@ -365,6 +373,14 @@ def _source_stats(staged: dict, parts: list[dict]) -> dict:
         "mining": mining,
         "query_chars": staged["query_chars"],
         "positive_chars": staged["positive_chars"],
+    }
+
+
+def _sum_counts(counts: list[dict]) -> dict:
+    """Field-wise sum of the parts' mining counts; a dict of counts (per relation kind) sums per key."""
+    return {
+        k: _sum_counts([c[k] for c in counts]) if isinstance(v, dict) else sum(c[k] for c in counts)
+        for k, v in counts[0].items()
     }
 
 

@@ -33,22 +33,43 @@ class Mapping(_Strict):
     positive: str
     negatives: list[str] = Field(default_factory=list)
     score: str | None = None  # STS-style sources: a numeric column filtered by options.min_score
-    # Rows sharing a group value (e.g. a WordNet synset) never mine each other's positives as negatives.
-    group: str | None = None
+    # Relation columns, each holding a value or a list of values (a WordNet synset, its lemmas, a question
+    # thread): rows sharing a value of any of them never mine each other's positives as negatives. Each path
+    # is a relation kind, by which the build's stats count the candidates it removed.
+    relations: list[str] = Field(default_factory=list)
 
-    @field_validator("query", "positive", "score", "group")
+    @model_validator(mode="before")
+    @classmethod
+    def _group_is_one_relation(cls, data):
+        """`group: column`, the older spelling for a single relation, reads as `relations: [column]`."""
+        if isinstance(data, dict) and "group" in data:
+            data = dict(data)
+            group = data.pop("group")
+            if data.get("relations"):
+                raise ValueError("give relations or group (a single relation), not both")
+            data["relations"] = [] if group is None else [group]
+        return data
+
+    @field_validator("query", "positive", "score")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         if value is not None:
             FieldPath.parse(value)
         return value
 
-    @field_validator("negatives", mode="before")
+    @field_validator("negatives", "relations", mode="before")
     @classmethod
     def _paths(cls, value):
         value = [value] if isinstance(value, str) else value
         for item in value or []:
             FieldPath.parse(item)
+        return value
+
+    @field_validator("relations")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"relations named twice: {value}")
         return value
 
     def paths(self) -> dict[str, FieldPath]:
@@ -57,8 +78,7 @@ class Mapping(_Strict):
         named.update({f"negatives[{i}]": p for i, p in enumerate(self.negatives)})
         if self.score:
             named["score"] = self.score
-        if self.group:
-            named["group"] = self.group
+        named.update({f"relations[{i}]": p for i, p in enumerate(self.relations)})
         return {name: FieldPath.parse(path) for name, path in named.items()}
 
 

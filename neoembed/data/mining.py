@@ -5,7 +5,13 @@ checks that both pick the same negatives. It is not called here because a build 
 embeddings written to files chunk by chunk (bounded memory, and a killed build resumes mid-encoding; the
 loop is `neoembed.vector_file`, shared with index builds), rows kept in their input order (it regroups rows
 by query), positives and their near-duplicates recognised by the normalised text key rather than by exact
-string, and encode/search times for the stats.
+string, exclusion of rows that share a relation (`neoembed.data.relations`), and encode/search times and
+per-rule counts for the stats.
+
+A candidate is removed by the first rule it meets, in this order, and counted under it: `positive` (the
+positive, a near-duplicate, another positive of the query, the query's own text), `relation` (per kind:
+its rows share a relation key with the query's rows), `margin` (the teacher's positive-aware rule),
+`rescore` (the optional second model's rule, `neoembed.data.rescore`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field
 
+from neoembed.data.relations import Keys, Matcher
+from neoembed.data.rescore import RescoreConfig, load_rescorer
 from neoembed.recipes import StrictSettings
 from neoembed.vector_file import embed_to_file
 
@@ -45,6 +53,7 @@ class MiningConfig(StrictSettings):
     """Neighbours searched per query, before the margin rule and the top-k cut."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Teacher dtype: bfloat16 encodes about 1.8x faster on CPUs with bf16 units (cosines within 0.01)."""
+    rescore: RescoreConfig = RescoreConfig()  # the optional second model; off unless rescore.model is set
 
 
 @dataclass
@@ -52,12 +61,16 @@ class MiningStats:
     queries: int = 0
     pool: int = 0
     candidates: int = 0
-    # the positive, another positive of the same query, the query itself, or a positive of the same group
+    # the positive or a near-duplicate, another positive of the same query, the query's own text
     dropped_positive: int = 0
+    dropped_relation: dict = field(default_factory=dict)  # relation kind -> candidates sharing it
     dropped_margin: int = 0
+    dropped_rescore: int = 0
     mined: int = 0
     rows_short: int = 0  # rows that got fewer than num_negatives
-    seconds: dict = field(default_factory=lambda: {"encode": 0.0, "search": 0.0, "select": 0.0})
+    seconds: dict = field(
+        default_factory=lambda: {"encode": 0.0, "search": 0.0, "select": 0.0, "rescore": 0.0}
+    )
 
 
 class Miner:
@@ -70,6 +83,7 @@ class Miner:
             import torch
 
             self.model.to(getattr(torch, config.dtype))
+        self.rescorer = load_rescorer(config.rescore, config.chunk_rows)
 
     def encode(self, texts: list[str], path: Path) -> np.ndarray:
         """Normalised float32 embeddings in a memory-mapped file; resumes after the last complete chunk."""
@@ -89,44 +103,52 @@ class Miner:
         query_keys: np.ndarray,
         positives: list[str],
         positive_keys: np.ndarray,
-        group_keys: np.ndarray,
+        relations: dict[str, Keys],
         workdir: Path,
     ) -> tuple[list[list[str]], MiningStats]:
-        """Up to `num_negatives` mined negatives per row, hardest first, from the pool of the rows' positives."""
-        cfg, stats = self.config, MiningStats()
+        """Up to `num_negatives` mined negatives per row, hardest first, from the pool of the rows' positives.
+
+        `relations` holds, per relation kind, each row's keys (empty: no relations)."""
+        cfg, stats = self.config, MiningStats(dropped_relation=dict.fromkeys(relations, 0))
         workdir.mkdir(parents=True, exist_ok=True)
         # Unique queries and pool documents by normalised key, in first-seen order (deterministic).
         query_index, unique_queries = _unique(query_keys)
         pool_index, unique_pool = _unique(positive_keys)
         pool_keys = positive_keys[unique_pool]
         stats.queries, stats.pool = len(unique_queries), len(unique_pool)
+        query_texts = [queries[i] for i in unique_queries]
+        pool_texts = [positives[i] for i in unique_pool]
 
         started = time.perf_counter()
-        q_emb = self.encode([queries[i] for i in unique_queries], workdir / "queries.f32")
-        p_emb = self.encode([positives[i] for i in unique_pool], workdir / "pool.f32")
+        q_emb = self.encode(query_texts, workdir / "queries.f32")
+        p_emb = self.encode(pool_texts, workdir / "pool.f32")
         stats.seconds["encode"] += time.perf_counter() - started
+
+        if self.rescorer is not None:
+            started = time.perf_counter()
+            self.rescorer.begin(query_texts, pool_texts, workdir)
+            rescore_threshold = _thresholds(self.rescorer.scores, query_index, pool_index, cfg.rescore.margin)
+            stats.seconds["rescore"] += time.perf_counter() - started
 
         started = time.perf_counter()
         # The hardest (lowest-scoring) positive of a query sets its threshold, as in sentence-transformers.
-        row_scores = np.concatenate(
-            [
-                np.einsum("ij,ij->i", q_emb[query_index[s : s + CHUNK]], p_emb[pool_index[s : s + CHUNK]])
-                for s in range(0, len(query_index), CHUNK)
-            ]
+        threshold = _thresholds(
+            lambda q, p: np.einsum("ij,ij->i", q_emb[q], p_emb[p]), query_index, pool_index, cfg.margin
         )
-        positive_score = np.full(len(unique_queries), np.inf, dtype=np.float32)
-        np.minimum.at(positive_score, query_index, row_scores)
-        threshold = positive_score - np.abs(positive_score) * (1.0 - cfg.margin)
-        # Excluded besides the positive itself: other positives of the same query, the query's own text, and
-        # positives of rows in the query's group (mapping.group, e.g. the WordNet synset).
+        # Excluded besides the positive itself: other positives of the same query and the query's own text.
         # Near-duplicates of the positive are the positive: the pool is deduplicated by normalised key.
         extra = {}
         for q, p in _extra_positives(query_index, pool_index, unique_queries):
             extra.setdefault(int(q), []).append(int(p))
         first_positive = pool_index[unique_queries]
         own_keys = query_keys[unique_queries]
-        own_groups = group_keys[unique_queries]  # a query's group: that of its first row (0: none)
-        pool_groups = group_keys[unique_pool]
+        # A query's relations are those of all its rows, a pool text's those of all rows it is the positive of.
+        matchers = {
+            kind: Matcher(
+                keys.union(query_index, len(unique_queries)), keys.union(pool_index, len(unique_pool))
+            )
+            for kind, keys in relations.items()
+        }
         stats.seconds["select"] += time.perf_counter() - started
 
         started = time.perf_counter()
@@ -147,15 +169,31 @@ class Miner:
             is_positive = (ids == first_positive[lo:hi, None]) | (
                 pool_keys[candidate] == own_keys[lo:hi, None]
             )
-            is_positive |= (pool_groups[candidate] == own_groups[lo:hi, None]) & (
-                own_groups[lo:hi, None] != 0
-            )
             for q in range(lo, hi):
                 for p in extra.get(q, ()):
                     is_positive[q - lo] |= ids[q - lo] == p
             is_positive &= valid
-            too_close = valid & ~is_positive & (scores > threshold[lo:hi, None])
-            keep = valid & ~is_positive & ~too_close
+            keep = valid & ~is_positive
+            query_of = np.broadcast_to(np.arange(lo, hi)[:, None], ids.shape)
+            for kind, matcher in matchers.items():
+                row, col = np.nonzero(keep)
+                related = matcher.shared(query_of[row, col], candidate[row, col])
+                keep[row[related], col[related]] = False
+                stats.dropped_relation[kind] += int(related.sum())
+            too_close = keep & (scores > threshold[lo:hi, None])
+            keep &= ~too_close
+            stats.seconds["select"] += time.perf_counter() - started
+            if self.rescorer is not None:
+                started = time.perf_counter()
+                # Only the first `candidates` survivors of a query are rescored; the negatives come from them.
+                keep &= np.cumsum(keep, axis=1) <= cfg.rescore.candidates
+                row, col = np.nonzero(keep)
+                vetoed = self.rescorer.scores(row + lo, ids[row, col]) > rescore_threshold[row + lo]
+                keep[row[vetoed], col[vetoed]] = False
+                stats.dropped_rescore += int(vetoed.sum())
+                stats.seconds["rescore"] += time.perf_counter() - started
+
+            started = time.perf_counter()
             keep &= np.cumsum(keep, axis=1) <= cfg.num_negatives
             for row in range(hi - lo):
                 picked = ids[row][keep[row]]
@@ -166,12 +204,25 @@ class Miner:
             stats.seconds["select"] += time.perf_counter() - started
 
         started = time.perf_counter()
-        mined_per_query = [[positives[unique_pool[i]] for i in row if i >= 0] for row in chosen]
+        mined_per_query = [[pool_texts[i] for i in row if i >= 0] for row in chosen]
         negatives = [mined_per_query[q] for q in query_index]
         stats.mined = sum(len(n) for n in negatives)
         stats.rows_short = sum(len(n) < cfg.num_negatives for n in negatives)
         stats.seconds["select"] += time.perf_counter() - started
         return negatives, stats
+
+
+def _thresholds(score, query_index: np.ndarray, pool_index: np.ndarray, margin: float) -> np.ndarray:
+    """Per unique query: its lowest positive score under `score(queries, pool ids)` less the relative margin."""
+    row_scores = np.concatenate(
+        [
+            score(query_index[s : s + CHUNK], pool_index[s : s + CHUNK])
+            for s in range(0, len(query_index), CHUNK)
+        ]
+    )
+    positive_score = np.full(int(query_index.max()) + 1, np.inf, dtype=np.float32)
+    np.minimum.at(positive_score, query_index, row_scores.astype(np.float32))
+    return positive_score - np.abs(positive_score) * (1.0 - margin)
 
 
 def _extra_positives(query_index: np.ndarray, pool_index: np.ndarray, unique_queries: np.ndarray):

@@ -29,6 +29,7 @@ from neoembed.data.normalize import (
     pair_keys,
     text_key,
 )
+from neoembed.data.relations import relation_key
 from neoembed.data.sources import open_source
 from neoembed.runs import temp_path, write_json
 
@@ -40,11 +41,11 @@ STAGING_SCHEMA = pa.schema(
         ("source", pa.string()),
         ("query_key", pa.int64()),  # text_key of each text
         ("positive_key", pa.int64()),
-        ("group_key", pa.int64()),  # 0: no group
+        ("relations", pa.list_(pa.list_(pa.int64()))),  # per mapping.relations kind, the row's relation keys
     ]
 )
 BATCH_ROWS = 10_000
-FORMAT_VERSION = "5"  # bump when normalisation or filtering changes, so old staging is rebuilt
+FORMAT_VERSION = "5"  # bump when normalisation, filtering, source order or the staging schema changes
 
 
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:
@@ -94,7 +95,7 @@ def prepare_source(
                     if malformed_example is None:
                         malformed_example = {"row": index, "error": str(row)}
                     continue
-                query, positive, score, group, given = row
+                query, positive, score, relations, given = row
                 query, positive = clean(query or ""), clean(positive or "")
                 query_key, positive_key = text_key(query), text_key(positive)
                 reason = check(query, positive, query_key, positive_key, score, limits)
@@ -112,7 +113,7 @@ def prepare_source(
                 leaked_negatives += leaked
                 for name, value in zip(
                     STAGING_SCHEMA.names,
-                    (query, positive, negatives, manifest.name, query_key, positive_key, group),
+                    (query, positive, negatives, manifest.name, query_key, positive_key, relations),
                 ):
                     rows[name].append(value)
                 query_lengths.append(len(query))
@@ -143,10 +144,11 @@ def prepare_source(
 
 
 def _read_rows(batch: dict[str, list], paths: dict[str, FieldPath]):
-    """(query, positive, score, group key, raw negatives) per row of a batch, or the RowError the row raised."""
-    query_path, positive_path = paths["query"], paths["positive"]
-    score_path, group_path = paths.get("score"), paths.get("group")
+    """(query, positive, score, relation keys per kind, raw negatives) per row of a batch, or the RowError the
+    row raised."""
+    query_path, positive_path, score_path = paths["query"], paths["positive"], paths.get("score")
     negative_paths = [p for name, p in paths.items() if name.startswith("negatives[")]
+    relation_paths = [p for name, p in paths.items() if name.startswith("relations[")]
     for offset in range(len(batch[query_path.column])):
 
         def value(path: FieldPath | None, offset=offset):
@@ -156,16 +158,20 @@ def _read_rows(batch: dict[str, list], paths: dict[str, FieldPath]):
             query, positive = value(query_path), value(positive_path)
             if not isinstance(query, str | None) or not isinstance(positive, str | None):
                 raise RowError("query and positive must be strings")
-            score, group = _number(value(score_path)), value(group_path)
-            negatives = []
-            for path in negative_paths:
-                found = value(path)
-                negatives.extend(found if isinstance(found, list) else [found])
+            score = _number(value(score_path))
+            negatives = [text for path in negative_paths for text in _flat(value(path))]
+            relations = [
+                [relation_key(v) for v in _flat(value(path)) if v is not None] for path in relation_paths
+            ]
         except RowError as err:
             yield err
             continue
-        group = 0 if group is None else text_key(str(group))
-        yield query, positive, score, group, negatives
+        yield query, positive, score, relations, negatives
+
+
+def _flat(found) -> list:
+    """A path's value as a list: a path through `[*]` or onto a list column yields a list, others one value."""
+    return found if isinstance(found, list) else [found]
 
 
 def _number(value) -> float | None:

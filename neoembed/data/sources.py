@@ -7,6 +7,7 @@ same manifest builds offline.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from neoembed.data.manifest import Manifest, ManifestError, Subset
@@ -108,32 +109,54 @@ def _wordnet(manifest: Manifest, local: Path | None):
     """Pairs from training-split synsets: example -> gloss, lemma list -> gloss, synonym pairs.
 
     Records of one synset stay together, so `--max-rows` keeps a mix of all three kinds; synsets come in a
-    fixed pseudo-random order (`sample_order`), so it also keeps every part of speech and every part of the
-    hierarchy (in file order the first 20,000 rows are the top of the noun hierarchy alone).
+    fixed pseudo-random order (`wordnet.sample_order`), so it also keeps every part of speech and every part of
+    the hierarchy (in file order the first 20,000 rows are the top of the noun hierarchy alone). `synset` and `pair`
+    say where a row comes from; the other columns are the relations that make another row's positive a
+    plausible answer to its query, for mining to exclude (the manifest's `mapping.relations`):
+    - `synsets`: the row's synset;
+    - on rows whose query is a lemma or a lemma list also `lemmas` (the synset's lemmas, case-folded: other
+      senses of the query's words and synonyms' synsets share one), `hypernymy` (one value per hypernym link,
+      "hyponym>hypernym", on the rows of both ends: a synset and its hypernyms never mine each other, while
+      two hyponyms of one hypernym, the best hard negatives, still do) and `similar` (similar-to links
+      between adjectives, "a~b" with a < b).
+    A synonym pair's positive is a bare word, which is each of its senses: its row carries all four for every
+    sense of that word. An example sentence uses its word in one sense, so the glosses of the word's other
+    senses and of its hypernyms stay hard negatives for it.
     """
     from datasets import Dataset
 
-    from neoembed.data.wordnet import load_synsets, sample_order, split_of
+    from neoembed.data.wordnet import load_synsets, training_pairs
 
-    kinds = set(manifest.options.wordnet_pairs)
-    rows = {"query": [], "positive": [], "synset": [], "pair": []}
+    synsets = load_synsets(local)
+    links: dict[str, list[str]] = {}
+    senses: dict[str, list] = {}  # case-folded lemma -> the synsets holding it
+    for s in synsets:
+        for hypernym in s.hypernyms:
+            link = f"{s.id}>{hypernym}"
+            links.setdefault(s.id, []).append(link)
+            links.setdefault(hypernym, []).append(link)
+        for lemma in {lemma.casefold() for lemma in s.lemmas}:
+            senses.setdefault(lemma, []).append(s)
 
-    def add(query: str, positive: str, synset: str, pair: str) -> None:
-        rows["query"].append(query)
-        rows["positive"].append(positive)
-        rows["synset"].append(synset)
-        rows["pair"].append(pair)
+    def word(synsets) -> tuple[list[str], list[str], list[str], list[str]]:
+        """The ids, lemmas, hypernym links and similar-to links of `synsets` (their union)."""
+        return (
+            sorted(s.id for s in synsets),
+            sorted({lemma.casefold() for s in synsets for lemma in s.lemmas}),
+            sorted({link for s in synsets for link in links.get(s.id, ())}),
+            sorted({"~".join(sorted((s.id, other))) for s in synsets for other in s.similar}),
+        )
 
-    for s in sample_order(load_synsets(local)):
-        if split_of(s.id) != "train":
-            continue
-        if "example_gloss" in kinds:
-            for example in s.examples:
-                add(example, s.gloss, s.id, "example_gloss")
-        if "lemmas_gloss" in kinds:
-            add(", ".join(s.lemmas), s.gloss, s.id, "lemmas_gloss")
-        if "synonyms" in kinds:
-            for i, a in enumerate(s.lemmas):
-                for b in s.lemmas[i + 1 :]:
-                    add(a, b, s.id, "synonyms")
+    every_sense = functools.cache(lambda lemma: word(senses[lemma]))
+    columns = ("query", "positive", "pair", "synset", "synsets", "lemmas", "hypernymy", "similar")
+    rows = {name: [] for name in columns}
+    for query, positive, pair, s in training_pairs(synsets, manifest.options.wordnet_pairs):
+        if pair == "example_gloss":
+            related = ([s.id], [], [], [])
+        elif pair == "lemmas_gloss":
+            related = word([s])
+        else:  # the positive is a bare word, so it is every sense of that word (this synset's among them)
+            related = every_sense(positive.casefold())
+        for name, value in zip(rows, (query, positive, pair, s.id, *related), strict=True):
+            rows[name].append(value)
     return Dataset.from_dict(rows)

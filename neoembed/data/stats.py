@@ -52,10 +52,16 @@ def render_markdown(stats: dict) -> str:
     mined = {n: s["mining"] for n, s in sources.items() if s["mining"]}
     if mined:
         mining = stats["config"]["mining"]
+        rescore = mining["rescore"]
+        rescored = (
+            f", rescored by `{rescore['model']}` at margin {rescore['margin']}" if rescore["model"] else ""
+        )
         lines += [
             "",
             f"## Hard-negative mining (teacher `{mining['teacher']}`, margin {mining['margin']}, "
-            f"k {mining['num_negatives']})",
+            f"k {mining['num_negatives']}{rescored})",
+            "",
+            "Each candidate is counted under the first rule that removed it.",
             "",
             _row(
                 [
@@ -64,16 +70,19 @@ def render_markdown(stats: dict) -> str:
                     "pool",
                     "candidates",
                     "dropped: positive",
+                    "dropped: shared relation",
                     "dropped: margin",
+                    "dropped: rescore",
                     "mined",
                     "rows short of k",
                 ]
             ),
-            _row(["---"] + ["---:"] * 7),
+            _row(["---"] + ["---:"] * 9),
         ]
         for name, m in mined.items():
-            cells = [m["queries"], m["pool"], m["candidates"], m["dropped_positive"], m["dropped_margin"]]
-            lines.append(_row([name, *cells, m["mined"], m["rows_short"]]))
+            cells = [m["queries"], m["pool"], m["candidates"], m["dropped_positive"], _relations(m)]
+            cells += [m["dropped_margin"], m["dropped_rescore"], m["mined"], m["rows_short"]]
+            lines.append(_row([name, *cells]))
 
     off = {
         n: s
@@ -89,6 +98,27 @@ def render_markdown(stats: dict) -> str:
         lines += ["", "## Malformed rows (first example per source)", ""]
         lines += [f"- {n}: row {e['row']}: {e['error']}" for n, e in malformed.items()]
     return "\n".join(lines) + "\n"
+
+
+def mining_summary(stats: dict) -> list[str]:
+    """One line per mined source: what each rule removed, for the build's closing message."""
+    lines = []
+    for name, s in stats["sources"].items():
+        m = s["mining"]
+        if m:
+            lines.append(
+                f"{name}: {m['candidates']} candidates for {m['queries']} queries; removed as positive "
+                f"{m['dropped_positive']}, shared relation {_relations(m)}, margin {m['dropped_margin']}, "
+                f"rescore {m['dropped_rescore']}; mined {m['mined']} ({m['rows_short']} rows short of k)"
+            )
+    return lines
+
+
+def _relations(mining: dict) -> str:
+    """`total (kind n, ...)` for the candidates removed by shared relations."""
+    kinds = mining["dropped_relation"]
+    detail = ", ".join(f"{kind} {n}" for kind, n in kinds.items())
+    return f"{sum(kinds.values())} ({detail})" if kinds else "0"
 
 
 def _pct(p: dict) -> str:
