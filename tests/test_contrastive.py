@@ -337,9 +337,10 @@ def test_the_export_declares_the_training_length_or_the_positions_as_the_recipe_
 
 
 def test_recipes_validate_and_unknown_fields_are_named(tmp_path):
-    for name in ("contrastive-cpu.yaml", "contrastive-neobert.yaml"):
+    # The paper's temperature for NeoBERT; the CPU recipe's from the ablations in docs/contrastive.md.
+    for name, temperature in (("contrastive-cpu.yaml", 0.05), ("contrastive-neobert.yaml", 0.07)):
         settings = load_recipe(ROOT / "recipes" / name, ContrastiveSettings)
-        assert settings.loss.temperature == 0.07 and settings.model.pooling == "mean"
+        assert settings.loss.temperature == temperature and settings.model.pooling == "mean"
         assert [s.label for s in settings.eval.sets] == ["wordnet", "foldoc"]  # the cross-source set too
     paper = load_recipe(ROOT / "recipes" / "contrastive-neobert.yaml", ContrastiveSettings)
     assert paper.optim.betas == (0.9, 0.95) and paper.optim.warmup_steps == 2000
