@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
-from transformers import TrainerCallback, TrainingArguments
+from transformers import TrainerCallback, TrainerState, TrainingArguments
 
 from neoembed.errors import RunError
 from neoembed.precision import resolve_precision
@@ -220,6 +220,22 @@ def last_complete_checkpoint(output_dir: Path) -> str | None:
             continue
         return str(checkpoint)
     return None
+
+
+def train_or_restore(trainer, checkpoint: str | None) -> None:
+    """Train from `checkpoint` (or from scratch), or, when that checkpoint already reached max_steps, only
+    load its weights and state: the Trainer would otherwise run one step past max_steps on resume, so
+    re-running a finished run would export a different model."""
+    if checkpoint is not None and 0 < trainer.args.max_steps <= checkpoint_step(checkpoint):
+        trainer._load_from_checkpoint(checkpoint)
+        trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+        return
+    trainer.train(resume_from_checkpoint=checkpoint)
+
+
+def checkpoint_step(checkpoint: str) -> int:
+    """The optimiser step a complete checkpoint was saved at."""
+    return json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
 
 
 def release_process_group() -> None:

@@ -86,6 +86,19 @@ def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(
         assert torch.allclose(value, again[name], atol=1e-6), name
 
 
+def test_running_a_finished_run_again_trains_no_further_and_exports_the_same_model(
+    tmp_path, build, minilm_path
+):
+    plan = recipe(build, tiny_encoder_dir(tmp_path, minilm_path), tmp_path / "run", max_steps=2)
+    first = run_contrastive(ContrastiveSettings.model_validate(plan))
+    exported = weights(tmp_path / "run")
+    again = run_contrastive(ContrastiveSettings.model_validate(plan))
+    assert first["steps"] == again["steps"] == 2
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2"]
+    for name, value in weights(tmp_path / "run").items():
+        assert torch.equal(value, exported[name]), name
+
+
 def test_a_different_recipe_does_not_resume_a_run(tmp_path, build, minilm_path):
     from neoembed.recipes import RecipeError
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from synthetic_text import random_documents
 
@@ -112,6 +113,19 @@ def test_a_run_killed_with_sigkill_resumes_on_the_same_loss_curve(tmp_path):
     assert sorted(resumed) == list(range(1, 9))
     for step in range(1, 9):
         assert resumed[step] == pytest.approx(expected[step], abs=1e-6), f"step {step}"
+
+
+def test_running_a_finished_run_again_saves_the_same_model(tmp_path):
+    from safetensors.torch import load_file
+
+    settings = PretrainSettings.model_validate(tiny_recipe(tmp_path, max_steps=2, save_steps=2))
+    final = run_pretraining(settings)
+    first = load_file(final / "model.safetensors")
+    run_pretraining(settings)
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2"]
+    assert sorted(losses(tmp_path / "run")) == [1, 2]
+    for name, value in load_file(final / "model.safetensors").items():
+        assert torch.equal(value, first[name]), name
 
 
 def test_resuming_with_a_different_recipe_is_refused(tmp_path):

@@ -50,6 +50,7 @@ from neoembed.runs import (
     append_jsonl,
     check_resume_compatible,
     last_complete_checkpoint,
+    train_or_restore,
     trainer_arguments,
     write_json,
 )
@@ -306,7 +307,7 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         before = set_scores(
             evaluate(trainer) if resume is None else recorded_before(settings), settings.eval, dims
         )
-    trainer.train(resume_from_checkpoint=resume)
+    train_or_restore(trainer, resume)
     note = None
     if settings.export.base_weight:  # before the last evaluation, so it scores the weights exported
         base = settings.model

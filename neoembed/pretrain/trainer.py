@@ -32,6 +32,7 @@ from neoembed.runs import (
     MetricsLog,
     check_resume_compatible,
     last_complete_checkpoint,
+    train_or_restore,
     trainer_arguments,
 )
 
@@ -223,7 +224,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
         callbacks=[MetricsLog(output_dir / METRICS_FILE)],
     )
     model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
-    trainer.train(resume_from_checkpoint=resume_from)
+    train_or_restore(trainer, resume_from)
     model.config.sparse_prediction = False  # a training setting: users of the saved model get full logits
     final_dir = output_dir / "final"
     trainer.save_model(str(final_dir))
