@@ -16,6 +16,7 @@ dataset: sentence-transformers/all-nli
 config: triplet
 split: train
 licence: CC BY-SA 4.0
+licence_source: the test fixture
 paper: release
 mapping: {query: anchor, positive: positive, negatives: [negative]}
 """,
@@ -26,6 +27,7 @@ dataset: tomaarsen/gooaq-hard-negatives
 config: triplet-5
 split: train
 licence: Apache-2.0
+licence_source: the test fixture
 paper: release
 mapping:
   query: question
@@ -38,6 +40,7 @@ description: mteb retrieval layout
 kind: retrieval
 dataset: mteb/msmarco
 licence: MS MARCO terms
+licence_source: the test fixture
 paper: release
 retrieval: {qrels: {config: default, split: train}}
 mapping: {query: query, positive: text}
@@ -47,6 +50,7 @@ name: qqp
 description: embedding-data set rows
 dataset: embedding-data/QQP_triplets
 licence: Quora terms
+licence_source: the test fixture
 paper: release
 mapping: {query: set.query, positive: "set.pos[0]", negatives: [set.neg]}
 """,
@@ -55,6 +59,7 @@ name: sts
 description: mteb sts layout
 dataset: mteb/stsbenchmark-sts
 licence: CC BY-SA 3.0
+licence_source: the test fixture
 paper: release
 mapping: {query: sentence1, positive: sentence2, score: score}
 options: {min_score: 4.0}
