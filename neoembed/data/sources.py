@@ -8,6 +8,7 @@ same manifest builds offline.
 from __future__ import annotations
 
 import functools
+import itertools
 from pathlib import Path
 
 from neoembed.data.manifest import Manifest, ManifestError, Subset
@@ -58,21 +59,22 @@ def _stream(manifest: Manifest, local: Path | None, limit: int):
     splits = iterable.info.splits or {}
     available = splits[manifest.split].num_examples if manifest.split in splits else None
     features = iterable.features
-    parts = [
-        Dataset.from_dict(batch, features=features)
-        for batch in _read(manifest, iterable.take(limit).iter(batch_size=10_000))
-    ]
+    # islice pulls exactly `limit` rows from the stream (`IterableDataset.take` pulls one more to see it is done)
+    rows = itertools.islice(_read(manifest, iterable), limit)
+    parts = []
+    while batch := list(itertools.islice(rows, 10_000)):
+        parts.append(Dataset.from_list(batch, features=features))
     if not parts:
         return Dataset.from_list([], features=features), available
     return concatenate_datasets(parts), available
 
 
-def _read(manifest: Manifest, batches):
-    """Streamed batches; a read error names the source (a streamed source fails while read, not on open)."""
+def _read(manifest: Manifest, iterable):
+    """A streamed source's rows; a read error names the source (a stream fails while read, not on open)."""
     from datasets.exceptions import DatasetsError
 
     try:
-        yield from batches
+        yield from iterable
     except (OSError, ValueError, DatasetsError) as err:
         raise SourceError(f"source {manifest.name}: reading the streamed dataset failed: {err}") from None
 
