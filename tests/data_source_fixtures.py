@@ -16,6 +16,7 @@ dataset: sentence-transformers/all-nli
 config: triplet
 split: train
 licence: CC BY-SA 4.0
+licence_source: the test fixture
 paper: release
 mapping: {query: anchor, positive: positive, negatives: [negative]}
 """,
@@ -26,6 +27,7 @@ dataset: tomaarsen/gooaq-hard-negatives
 config: triplet-5
 split: train
 licence: Apache-2.0
+licence_source: the test fixture
 paper: release
 mapping:
   query: question
@@ -38,6 +40,7 @@ description: mteb retrieval layout
 kind: retrieval
 dataset: mteb/msmarco
 licence: MS MARCO terms
+licence_source: the test fixture
 paper: release
 retrieval: {qrels: {config: default, split: train}}
 mapping: {query: query, positive: text}
@@ -47,6 +50,7 @@ name: qqp
 description: embedding-data set rows
 dataset: embedding-data/QQP_triplets
 licence: Quora terms
+licence_source: the test fixture
 paper: release
 mapping: {query: set.query, positive: "set.pos[0]", negatives: [set.neg]}
 """,
@@ -55,6 +59,7 @@ name: sts
 description: mteb sts layout
 dataset: mteb/stsbenchmark-sts
 licence: CC BY-SA 3.0
+licence_source: the test fixture
 paper: release
 mapping: {query: sentence1, positive: sentence2, score: score}
 options: {min_score: 4.0}
@@ -186,4 +191,135 @@ def write_manifests(root: Path, names=None, overrides: dict[str, str] | None = N
     for name, text in {**MANIFESTS, **(overrides or {})}.items():
         if names is None or name in names:
             (root / f"{name}.yaml").write_text(text.lstrip())
+    return root
+
+
+def _text(source: str, what: str, i: int) -> str:
+    return f"{source} {what} number {i}."
+
+
+def _rows_of(source: str, shape) -> list[dict]:
+    return [shape(lambda what, i=i: _text(source, what, i)) for i in range(2)]
+
+
+# Every repository manifest's source (WordNet aside: tests/test_data_wordnet.py) in the shape its hub dataset
+# has: name -> (config folder or None, file format, row shape). A row's texts are "<source> <what> number <i>."
+REPOSITORY_SHAPES = {
+    "agnews": ("pair", "parquet", lambda t: {"title": t("title"), "description": t("description")}),
+    "allnli": (
+        "triplet",
+        "parquet",
+        lambda t: {"anchor": t("anchor"), "positive": t("positive"), "negative": t("negative")},
+    ),
+    "amazonqa": (None, "jsonl", lambda t: {"query": t("query"), "pos": [t("pos"), t("second pos")]}),
+    "concurrentqa": (
+        None,
+        "jsonl",
+        lambda t: {
+            "question": t("question"),
+            "pos_paras": [{"title": "T", "text": t("pos para")}, {"title": "U", "text": t("second para")}],
+            "neg_paras": [{"title": "N", "text": t("neg para a")}, {"title": "M", "text": t("neg para b")}],
+        },
+    ),
+    "githubissues": ("positive", "parquet", lambda t: {"anchor": t("anchor"), "positive": t("positive")}),
+    "gooaq": (
+        "triplet-5",
+        "parquet",
+        lambda t: {
+            "question": t("question"),
+            "answer": t("answer"),
+            **{f"negative_{k}": t(f"negative {k}") for k in range(1, 6)},
+        },
+    ),
+    "medmcqa": (
+        None,
+        "parquet",
+        lambda t: {
+            "id": "x",
+            "question": t("question"),
+            **{f"op{c}": t(f"option {c}") for c in "abcd"},
+            "cop": 1,
+            "choice_type": "single",
+            "exp": t("exp"),
+            "subject_name": "Anatomy",
+            "topic_name": None,
+        },
+    ),
+    "npr": ("pair", "parquet", lambda t: {"title": t("title"), "body": t("body")}),
+    "paq": (None, "jsonl", lambda t: {"set": [t("question"), t("answer")]}),
+    "pubmedqa": (
+        "triplet-20",
+        "parquet",
+        lambda t: {
+            "anchor": t("anchor"),
+            "positive": t("positive"),
+            **{f"negative_{k}": t(f"negative {k}") for k in range(1, 21)},
+        },
+    ),
+    "qqp": (
+        None,
+        "jsonl",
+        lambda t: {"set": {"query": t("query"), "pos": [t("pos")], "neg": [t("neg a"), t("neg b")]}},
+    ),
+    "sentencecompression": (None, "jsonl", lambda t: {"set": [t("original"), t("compressed")]}),
+    "stackexchange-body": ("body-body-pair", "parquet", lambda t: {"body1": t("body1"), "body2": t("body2")}),
+    "stackexchange-post": ("post-post-pair", "parquet", lambda t: {"post1": t("post1"), "post2": t("post2")}),
+    "stackoverflowdupquestions": (
+        None,
+        "jsonl",
+        lambda t: {"query": t("query"), "positive": [t("positive")], "negative": [t("neg a"), t("neg b")]},
+    ),
+    "sts12": (
+        None,
+        "jsonl",
+        lambda t: {"sentence1": t("sentence1"), "sentence2": t("sentence2"), "score": 4.6},
+    ),
+    "stsbenchmark": (
+        None,
+        "jsonl",
+        lambda t: {"sentence1": t("sentence1"), "sentence2": t("sentence2"), "score": 5.0},
+    ),
+    "triviaqa": (
+        "triplet",
+        "parquet",
+        lambda t: {"anchor": t("anchor"), "positive": t("positive"), "negative": t("negative")},
+    ),
+    "wikihow": (None, "parquet", lambda t: {"text": t("text"), "summary": t("summary")}),
+    "yahooanswers": ("title-answer-pair", "parquet", lambda t: {"title": t("title"), "answer": t("answer")}),
+}
+
+
+def write_repository_sources(root: Path) -> Path:
+    """A local copy of every repository manifest's source (but WordNet) under `root/<source>`; returns root.
+
+    A source with a config keeps it in a sub-folder of that name, as `--local-data` reads it; FEVER and MS
+    MARCO are mteb retrieval repositories (corpus, queries, qrels configs named in a README).
+    """
+    for name, (config, fmt, shape) in REPOSITORY_SHAPES.items():
+        folder = root / name / config if config else root / name
+        write = _parquet if fmt == "parquet" else _jsonl
+        write(folder / f"train.{fmt}", _rows_of(name, shape))
+    for name, title in (("fever", "Page"), ("msmarco", "")):
+        repo = root / name
+        _parquet(
+            repo / "corpus" / "corpus.parquet",
+            [{"_id": f"d{i}", "title": title, "text": _text(name, "passage", i)} for i in range(3)],
+        )
+        _parquet(
+            repo / "queries" / "queries.parquet",
+            [{"_id": f"q{i}", "text": _text(name, "query", i)} for i in range(2)],
+        )
+        _parquet(
+            repo / "qrels" / "train.parquet",
+            [{"query-id": f"q{i}", "corpus-id": f"d{i}", "score": 1} for i in range(2)],
+        )
+        (repo / "README.md").write_text(
+            _readme(
+                {
+                    "corpus": {"corpus": "corpus/*.parquet"},
+                    "queries": {"queries": "queries/*.parquet"},
+                    "default": {"train": "qrels/*.parquet"},
+                }
+            )
+        )
     return root

@@ -66,7 +66,7 @@ def test_repository_manifests_cover_every_source_and_validate():
     ],
 )
 def test_manifest_errors_name_file_and_field(tmp_path, edit, field):
-    text = "name: bad\ndescription: d\ndataset: a/b\nlicence: l\npaper: release\n"
+    text = "name: bad\ndescription: d\ndataset: a/b\nlicence: l\nlicence_source: s\npaper: release\n"
     if not edit.startswith("mapping"):
         text += "mapping: {query: anchor, positive: positive}\n"
     path = tmp_path / "bad.yaml"
@@ -78,14 +78,16 @@ def test_manifest_errors_name_file_and_field(tmp_path, edit, field):
 
 def test_a_single_group_column_is_read_as_one_relation(tmp_path):
     path = tmp_path / "old.yaml"
-    path.write_text("name: old\ndescription: d\ndataset: a/b\nlicence: l\npaper: release\n")
+    path.write_text(
+        "name: old\ndescription: d\ndataset: a/b\nlicence: l\nlicence_source: s\npaper: release\n"
+    )
     with path.open("a") as fh:
         fh.write("mapping: {query: q, positive: p, group: thread}\n")
     assert load_manifest(path)[0].mapping.relations == ["thread"]
 
 
 def test_missing_column_names_manifest_and_field(tmp_path, sources):
-    bad = "name: allnli\ndescription: d\ndataset: x/y\nconfig: triplet\nlicence: l\npaper: release\n"
+    bad = "name: allnli\ndescription: d\ndataset: x/y\nconfig: triplet\nlicence: l\nlicence_source: s\npaper: release\n"
     bad += "mapping: {query: anchor, positive: answer}\n"
     cfg = BuildConfig(
         manifests=write_manifests(tmp_path / "m", ["allnli"], {"allnli": bad}),
@@ -250,6 +252,7 @@ name: dictionary
 description: a term -> definition source
 dataset: some/dictionary
 licence: l
+licence_source: s
 paper: release
 mapping: {query: term, positive: definition, negatives: [other]}
 """

@@ -354,7 +354,7 @@ def test_a_manifest_relation_column_excludes_and_the_build_counts_each_rule(tmp_
     pq.write_table(pa.table(rows), tmp_path / "data" / "forum" / "train.parquet")
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "forum.yaml").write_text(
-        "name: forum\ndescription: d\ndataset: local/forum\nlicence: l\npaper: release\n"
+        "name: forum\ndescription: d\ndataset: local/forum\nlicence: l\nlicence_source: s\npaper: release\n"
         "mapping: {query: question, positive: answer, relations: [threads]}\n"
     )
     args = [

@@ -28,6 +28,7 @@ SYNTHETIC_MANIFEST = """name: synthetic
 description: synthetic rows for the benchmark
 dataset: local/synthetic
 licence: none
+licence_source: synthetic rows made by the benchmark
 paper: release
 mapping: {query: query, positive: positive, negatives: [negative]}
 options: {mine: never}

@@ -52,3 +52,5 @@ def build_data(
     )
     for line in mining_summary(stats):
         typer.echo(f"mining {line}")
+    for line in stats["warnings"]:
+        typer.echo(f"warning: {line}", err=True)

@@ -33,12 +33,12 @@ from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_
 from tqdm import tqdm
 
 from neoembed.data.leakage import leak_guard
-from neoembed.data.manifest import load_manifests
+from neoembed.data.manifest import Manifest, StsRule, load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
 from neoembed.data.prepare import FORMAT_VERSION, prepare_source, staging_paths
 from neoembed.data.relations import Keys
-from neoembed.data.stats import render_markdown
+from neoembed.data.stats import render_markdown, size_warnings
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
 from neoembed.recipes import StrictSettings
@@ -91,6 +91,10 @@ class BuildConfig(StrictSettings):
     """Leakage guard beyond FOLDOC's held-out set: .txt (a text a line) or .jsonl ('text') files; repeatable."""
     max_rows: int | None = Field(None, ge=1)
     """Rows read per source; 0 reads all."""
+    budgets: bool = True
+    """Cap each source at its manifest's budget (the paper's ~9M mix); --no-budgets reads whole sources."""
+    sts_rule: StsRule = "intended"
+    """STS pairs kept: 'intended' (score >= 4 of 5) or 'release' (every pair, as the code release trained)."""
     rows_per_shard: int = Field(100_000, ge=1)
     """Rows per output part."""
     shard: Shard = (0, 1)
@@ -169,18 +173,19 @@ class Build:
         seen: set[int] = set()
         staged, previous = {}, ""
         for name, (manifest, manifest_sha) in self.manifests.items():
+            cap = self.cap(manifest)
             fingerprint = _sha(
-                FORMAT_VERSION, previous, manifest_sha, self.guard.digest, self.config.max_rows
+                FORMAT_VERSION, previous, manifest_sha, self.guard.digest, cap, self.config.sts_rule
             )
             started = time.perf_counter()
             staged[name] = prepare_source(
-                manifest,
+                manifest.with_sts_rule(self.config.sts_rule),
                 fingerprint,
                 self.out,
                 seen,
                 self.guard,
                 self.config.local_data,
-                self.config.max_rows,
+                cap,
             )
             self.log(
                 "prepare",
@@ -190,6 +195,12 @@ class Build:
             )
             previous = fingerprint
         return staged
+
+    def cap(self, manifest: Manifest) -> int | None:
+        """Rows read from a source: the smaller of `--max-rows` and its budget (unless --no-budgets)."""
+        caps = [self.config.max_rows, manifest.budget if self.config.budgets else None]
+        caps = [c for c in caps if c is not None]
+        return min(caps) if caps else None
 
     # Stage 2 ---------------------------------------------------------------------------------------------
 
@@ -290,13 +301,21 @@ class Build:
                 if int(stale.name[5:10]) >= unit.parts:
                     stale.unlink(missing_ok=True)  # another shard may have removed it already
         sources = {
-            name: {"dataset": manifest.dataset, **_source_stats(staged[name], markers[name])}
+            name: {
+                "dataset": manifest.dataset,
+                "licence": manifest.licence,
+                "licence_source": manifest.licence_source,
+                "budget": manifest.budget if self.config.budgets else None,
+                **_source_stats(staged[name], markers[name]),
+            }
             for name, (manifest, _) in self.manifests.items()
         }
         stats = {
             "build_hash": _sha([u.fingerprint for u in units]),
             "config": {
                 "max_rows": self.config.max_rows,
+                "budgets": self.config.budgets,
+                "sts_rule": self.config.sts_rule,
                 "rows_per_shard": self.config.rows_per_shard,
                 "mining": self.config.mining.model_dump() if self.config.mine else None,
                 "eval_texts": [str(p) for p in self.config.eval_texts],
@@ -304,6 +323,7 @@ class Build:
             },
             "sources": sources,
             "total": _total(sources),
+            "warnings": size_warnings(sources),
         }
         write_json(self.out / "stats.json", stats)
         write_text(self.out / "stats.md", render_markdown(stats))

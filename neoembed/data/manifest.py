@@ -108,6 +108,9 @@ class Options(_Strict):
     ]
 
 
+StsRule = Literal["intended", "release"]
+
+
 class Manifest(_Strict):
     name: str
     description: str
@@ -117,7 +120,12 @@ class Manifest(_Strict):
     split: str = "train"
     revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
     licence: str
-    expected_rows: int | None = Field(None, ge=0)
+    licence_source: str = Field(description="where the licence is stated (a card, a paper, mteb's metadata)")
+    expected_rows: int | None = Field(None, ge=0)  # rows of the split at `revision` (at head if unpinned)
+    # Rows the paper's ~9M mix takes from this source (docs/data.md, "The paper's mix"): the build reads
+    # the first `budget` rows in the source's streaming order, streaming, so a capped source never
+    # downloads whole. None: the whole source.
+    budget: int | None = Field(None, ge=1)
     paper: str = Field(description="where the source comes from: 'release', 'paper' or 'embedded'")
     note: str | None = None
     mapping: Mapping
@@ -133,6 +141,17 @@ class Manifest(_Strict):
         if self.paper not in ("release", "paper", "embedded"):
             raise ValueError(f"paper must be 'release', 'paper' or 'embedded', got {self.paper!r}")
         return self
+
+    def with_sts_rule(self, rule: StsRule) -> Manifest:
+        """The manifest as a build with this STS rule reads it.
+
+        `intended` keeps `options.min_score` (pairs scoring >= 4 of 5). `release` drops the score filter, as
+        the code release did: it computes `dataset.filter(score > 4)` and discards the result, so it trained
+        on every STS12 and STS Benchmark train pair, score 0 included.
+        """
+        if rule == "intended" or self.options.min_score is None:
+            return self
+        return self.model_copy(update={"options": self.options.model_copy(update={"min_score": None})})
 
     @property
     def mines_by_default(self) -> bool:

@@ -30,7 +30,7 @@ from neoembed.data.normalize import (
     text_key,
 )
 from neoembed.data.relations import relation_key
-from neoembed.data.sources import open_source
+from neoembed.data.sources import read_source
 from neoembed.runs import temp_path, write_json
 
 STAGING_SCHEMA = pa.schema(
@@ -70,7 +70,7 @@ def prepare_source(
             seen.update(pair_keys(keys["query_key"].to_numpy(), keys["positive_key"].to_numpy()).tolist())
             return stats
 
-    dataset = open_source(manifest, local_root)
+    dataset, rows_available = read_source(manifest, local_root, max_rows)
     check_columns(manifest, dataset.features, where=f"{manifest.dataset or manifest.kind} {manifest.split}")
     total = len(dataset) if max_rows is None else min(len(dataset), max_rows)
     paths = manifest.mapping.paths()
@@ -127,7 +127,7 @@ def prepare_source(
         "fingerprint": fingerprint,
         "source": manifest.name,
         "rows_read": total,
-        "rows_available": len(dataset),
+        "rows_available": rows_available,  # the whole split's rows; None if a streamed source does not say
         "expected_rows": manifest.expected_rows,
         "kept": len(query_lengths),
         "dropped": dropped,

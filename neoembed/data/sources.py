@@ -8,6 +8,7 @@ same manifest builds offline.
 from __future__ import annotations
 
 import functools
+import itertools
 from pathlib import Path
 
 from neoembed.data.manifest import Manifest, ManifestError, Subset
@@ -30,7 +31,55 @@ def open_source(manifest: Manifest, local_root: Path | None = None):
     return _load(manifest, Subset(config=manifest.config, split=manifest.split), local)
 
 
-def _load(manifest: Manifest, subset: Subset, local: Path | None):
+def read_source(manifest: Manifest, local_root: Path | None, limit: int | None):
+    """`open_source` for a build: the rows to read (at most `limit`), and the size of the whole split (None
+    where a streamed source does not say).
+
+    With a `limit` (the manifest's budget or `--max-rows`), a `rows` source is read with `datasets` streaming
+    and only its first `limit` rows in streaming order are taken (and held in memory), so a capped source such
+    as PAQ (64.4M rows in one 18.3 GB gzip) is never downloaded whole. Streaming order is the order of the
+    data files and of the rows in them, the same order a full load gives, so the capped rows are the first
+    `limit` rows of the pinned revision whichever way they are read. A seeded shuffle buffer was not used: a
+    one-file source streams as one shard, so the buffer would only permute a window at its start (no more
+    representative a sample) and would tie the rows to `datasets`' shuffling code. Retrieval sources (their
+    qrels are joined whole) and WordNet are read whole and cut by the caller.
+    """
+    if limit is not None and manifest.kind == "rows":
+        local = Path(local_root) / manifest.name if local_root else None
+        return _stream(manifest, local if local is not None and local.exists() else None, limit)
+    dataset = open_source(manifest, local_root)
+    return dataset, len(dataset)
+
+
+def _stream(manifest: Manifest, local: Path | None, limit: int):
+    """The first `limit` rows of a streamed `rows` source, as a Dataset, and the split's size if known."""
+    from datasets import Dataset, concatenate_datasets
+
+    iterable = _load(manifest, Subset(config=manifest.config, split=manifest.split), local, streaming=True)
+    splits = iterable.info.splits or {}
+    available = splits[manifest.split].num_examples if manifest.split in splits else None
+    features = iterable.features
+    # islice pulls exactly `limit` rows from the stream (`IterableDataset.take` pulls one more to see it is done)
+    rows = itertools.islice(_read(manifest, iterable), limit)
+    parts = []
+    while batch := list(itertools.islice(rows, 10_000)):
+        parts.append(Dataset.from_list(batch, features=features))
+    if not parts:
+        return Dataset.from_list([], features=features), available
+    return concatenate_datasets(parts), available
+
+
+def _read(manifest: Manifest, iterable):
+    """A streamed source's rows; a read error names the source (a stream fails while read, not on open)."""
+    from datasets.exceptions import DatasetsError
+
+    try:
+        yield from iterable
+    except (OSError, ValueError, DatasetsError) as err:
+        raise SourceError(f"source {manifest.name}: reading the streamed dataset failed: {err}") from None
+
+
+def _load(manifest: Manifest, subset: Subset, local: Path | None, streaming: bool = False):
     from datasets import load_dataset
     from datasets.exceptions import DatasetsError
 
@@ -41,11 +90,15 @@ def _load(manifest: Manifest, subset: Subset, local: Path | None):
         elif subset.config and (local / subset.config).is_dir():
             kwargs["data_dir"] = subset.config
         where = f"local copy {local}"
-        call = lambda: load_dataset(str(local), split=subset.split, **kwargs)  # noqa: E731
+        call = lambda: load_dataset(str(local), split=subset.split, streaming=streaming, **kwargs)  # noqa: E731
     else:
         where = f"hub dataset {manifest.dataset} (config {subset.config}, split {subset.split})"
         call = lambda: load_dataset(  # noqa: E731
-            manifest.dataset, subset.config, split=subset.split, revision=manifest.revision
+            manifest.dataset,
+            subset.config,
+            split=subset.split,
+            revision=manifest.revision,
+            streaming=streaming,
         )
     try:
         return call()

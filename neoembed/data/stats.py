@@ -16,7 +16,8 @@ def render_markdown(stats: dict) -> str:
         "# Contrastive build statistics",
         "",
         f"Build hash `{stats['build_hash'][:16]}`; rows per shard {stats['config']['rows_per_shard']}; "
-        f"max rows per source {stats['config']['max_rows'] or 'all'}.",
+        f"max rows per source {stats['config']['max_rows'] or 'all'}; manifest budgets "
+        f"{'on' if stats['config'].get('budgets') else 'off'}; STS rule {stats['config'].get('sts_rule', '-')}.",
         "",
         "## Rows",
         "",
@@ -84,20 +85,35 @@ def render_markdown(stats: dict) -> str:
             cells += [m["dropped_margin"], m["dropped_rescore"], m["mined"], m["rows_short"]]
             lines.append(_row([name, *cells]))
 
-    off = {
-        n: s
-        for n, s in sources.items()
-        if s["expected_rows"] and abs(s["rows_available"] - s["expected_rows"]) > 0.01 * s["expected_rows"]
-    }
-    if off:
-        lines += ["", "## Sources whose size differs from their manifest's expected_rows by over 1%", ""]
-        lines += [f"- {n}: {s['rows_available']} rows, expected {s['expected_rows']}" for n, s in off.items()]
+    warnings = stats.get("warnings", [])
+    if warnings:
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {w}" for w in warnings]
 
     malformed = {n: s["malformed_example"] for n, s in sources.items() if s["malformed_example"]}
     if malformed:
         lines += ["", "## Malformed rows (first example per source)", ""]
         lines += [f"- {n}: row {e['row']}: {e['error']}" for n, e in malformed.items()]
     return "\n".join(lines) + "\n"
+
+
+# A source whose split differs from its manifest's expected_rows by more than this is not the data the
+# manifest describes: another revision (all-nli's triplet config halved between revisions) or a broken copy.
+SIZE_TOLERANCE = 0.01
+
+
+def size_warnings(sources: dict) -> list[str]:
+    """One warning per source whose whole split is far from its manifest's expected_rows (unknown sizes, as a
+    streamed source without dataset info has, are not compared)."""
+    warnings = []
+    for name, s in sources.items():
+        expected, available = s["expected_rows"], s["rows_available"]
+        if expected and available is not None and abs(available - expected) > SIZE_TOLERANCE * expected:
+            warnings.append(
+                f"{name}: the source has {available:,} rows, its manifest expects {expected:,} "
+                f"(off by more than {SIZE_TOLERANCE:.0%}): another revision than the manifest describes?"
+            )
+    return warnings
 
 
 def mining_summary(stats: dict) -> list[str]:
