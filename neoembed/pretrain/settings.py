@@ -41,6 +41,10 @@ class ModelSettings(StrictSettings):
     )
     config: dict[str, Any] = Field(default_factory=dict)  # NeoBERTConfig fields for a model from scratch
     tokenizer: str | None = None  # path or hub id; None: the packaged bert-base-uncased vocabulary
+    # A sentence-transformers teacher with the tokenizer's vocabulary (a directory, hub id or minilm) whose
+    # embedding of each token, reduced by PCA, initialises a from-scratch model's word embeddings
+    # (neoembed.pretrain.teacher_embeddings); None: random word embeddings.
+    embeddings_from: str | None = None
     gradient_checkpointing: bool = False
 
 

@@ -25,6 +25,7 @@ from neoembed.pretrain.flops import device_peak_flops, training_flops
 from neoembed.pretrain.modeling import NeoBERTForMaskedLM
 from neoembed.pretrain.schedule import lr_multiplier, wsd_multiplier
 from neoembed.pretrain.settings import PretrainSettings
+from neoembed.pretrain.teacher_embeddings import teacher_token_embeddings
 from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.recipes import RecipeError, dump_recipe
 from neoembed.runs import (
@@ -106,7 +107,10 @@ class PretrainTrainer(Trainer):
 
 
 def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
-    """From `model.init_from` (e.g. stage 1 for stage 2) or from scratch with `model.config` fields."""
+    """From `model.init_from` (e.g. stage 1 for stage 2) or from scratch with `model.config` fields, its word
+    embeddings from `model.embeddings_from` when set."""
+    if settings.model.init_from and settings.model.embeddings_from:
+        raise RecipeError("model.embeddings_from initialises a model from scratch; model.init_from loads one")
     if settings.model.init_from:
         model = NeoBERTForMaskedLM.from_pretrained(settings.model.init_from)
         if settings.data.max_length > model.config.max_length:
@@ -125,6 +129,10 @@ def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
         raise RecipeError(
             f"data.max_length {settings.data.max_length} exceeds model max_length {model.config.max_length}"
         )
+    if settings.model.embeddings_from:
+        vectors = teacher_token_embeddings(settings.model.embeddings_from, tokenizer, model.config.hidden_size)
+        with torch.no_grad():
+            model.get_input_embeddings().weight[: len(vectors)] = vectors
     return model
 
 
