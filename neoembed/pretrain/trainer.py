@@ -130,7 +130,9 @@ def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
             f"data.max_length {settings.data.max_length} exceeds model max_length {model.config.max_length}"
         )
     if settings.model.embeddings_from:
-        vectors = teacher_token_embeddings(settings.model.embeddings_from, tokenizer, model.config.hidden_size)
+        vectors = teacher_token_embeddings(
+            settings.model.embeddings_from, tokenizer, model.config.hidden_size
+        )
         with torch.no_grad():
             model.get_input_embeddings().weight[: len(vectors)] = vectors
     return model
