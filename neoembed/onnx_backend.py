@@ -47,6 +47,18 @@ class _Encoder(torch.nn.Module):
         return self.encoder(**dict(zip(self.names, inputs)), return_dict=True).last_hidden_state
 
 
+def _rms_norm(g, x, normalized_shape, weight, eps):
+    """aten::rms_norm in ONNX ops: the TorchScript exporter knows no rms_norm (ONNX has one only from opset 23,
+    beyond that exporter), and NeoBERT's norms are RMSNorm. Normalises over the last dimension, as NeoBERT's do."""
+    from torch.onnx import symbolic_helper
+
+    eps = symbolic_helper._maybe_get_const(eps, "f")
+    eps = torch.tensor(torch.finfo(torch.float32).eps if eps is None else eps, dtype=torch.float32)
+    mean_square = g.op("ReduceMean", g.op("Mul", x, x), axes_i=[-1], keepdims_i=1)
+    scale = g.op("Sqrt", g.op("Add", mean_square, g.op("Constant", value_t=eps)))
+    return g.op("Mul", g.op("Div", x, scale), weight)
+
+
 def encoder_inputs(model) -> tuple[str, ...]:
     """The tokenizer outputs the model's encoder takes (`token_type_ids` only where its forward has it)."""
     accepted = inspect.signature(model[0].auto_model.forward).parameters
@@ -66,9 +78,10 @@ def export_onnx(model_name: str, out_dir: Path, *, quantize: Quantize | None = N
     model = load_embedder(model_name, device="cpu").eval()
     model.save(str(out_dir))
     names = encoder_inputs(model)
-    features = model.tokenize(["an example", "a longer example sentence, so that the batch has padding"])
+    features = model.preprocess(["an example", "a longer example sentence, so that the batch has padding"])
     path = out_dir / ONNX_DIR / FILES[None]
     path.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
     with torch.inference_mode(False), torch.no_grad():
         torch.onnx.export(
             # eval(): the exporter restores the wrapper's training flag on everything below it afterwards

@@ -230,7 +230,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             if mask is None:
                 position_ids = torch.arange(length, device=x.device).expand(batch_size, length)
             else:
-                position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+                position_ids = (mask.long().cumsum(dim=1) - 1).clamp(min=0)  # long: ONNX has no bool cumsum
 
         # Nothing padded: drop the mask, so SDPA may pick its flash kernel. Inside a compiled graph the check
         # would be a data-dependent branch (a graph break), and a traced graph would fix the example's answer,
