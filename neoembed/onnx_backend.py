@@ -164,4 +164,6 @@ def load_onnx_embedder(model_dir, *, file_name: str | None = None, threads: int 
     from neoembed.embedder import load_embedder
 
     onnx_file(Path(model_dir), file_name)  # a clear error before loading anything
-    return use_onnx(load_embedder(str(model_dir), device="cpu"), model_dir, file_name=file_name, threads=threads)[0]
+    return use_onnx(
+        load_embedder(str(model_dir), device="cpu"), model_dir, file_name=file_name, threads=threads
+    )[0]

@@ -11,7 +11,11 @@ from neoembed.onnx_backend import export_onnx, load_onnx_embedder
 from neoembed.pretrain import NeoBERTModel, tiny_config
 from neoembed.pretrain.tokenizer import load_tokenizer
 
-TEXTS = ["a", "hello world", "a much longer sentence, with many more tokens than the others, to pad the batch"]
+TEXTS = [
+    "a",
+    "hello world",
+    "a much longer sentence, with many more tokens than the others, to pad the batch",
+]
 
 
 @pytest.fixture(scope="module")

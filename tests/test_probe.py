@@ -65,6 +65,8 @@ def test_encode_reports_its_dtype(neobert_dir):
 
     from neoembed.cli import app
 
-    result = CliRunner().invoke(app, ["encode", "--model", str(neobert_dir), "--dtype", "float32", "one", "two"])
+    result = CliRunner().invoke(
+        app, ["encode", "--model", str(neobert_dir), "--dtype", "float32", "one", "two"]
+    )
     assert result.exit_code == 0, result.output
     assert "(float32)" in result.output

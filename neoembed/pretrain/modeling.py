@@ -35,8 +35,8 @@ from .attention import (
     VarlenBatch,
     autocast_dtype,
     choose_backend,
-    tracing,
     importable_kernels,
+    tracing,
     varlen_kernel_for,
 )
 from .config import IMPLEMENTATION_OF_BACKEND, NeoBERTConfig, backend_for_implementation

@@ -74,8 +74,12 @@ class ServeSettings(StrictSettings):
             )
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("--api-key must not be empty")
-        if self.backend == "onnx" and (self.dtype not in ("auto", "float32") or self.device not in (None, "cpu")):
-            raise ValueError("--backend onnx runs the exported graph's own dtype on the CPU: leave --dtype and --device")
+        if self.backend == "onnx" and (
+            self.dtype not in ("auto", "float32") or self.device not in (None, "cpu")
+        ):
+            raise ValueError(
+                "--backend onnx runs the exported graph's own dtype on the CPU: leave --dtype and --device"
+            )
         if self.onnx_file is not None and self.backend != "onnx":
             raise ValueError("--onnx-file needs --backend onnx")
         if self.index is not None and not Path(self.index).is_dir():
