@@ -81,7 +81,7 @@ class Miner:
         self.config = config
         from neoembed.probe import to_inference_dtype
 
-        self.model, self.dtype = to_inference_dtype(load_embedder(config.teacher), config.dtype)
+        self.model, _ = to_inference_dtype(load_embedder(config.teacher), config.dtype)
         self.rescorer = load_rescorer(config.rescore, config.chunk_rows)
 
     def encode(self, texts: list[str], path: Path) -> np.ndarray:
