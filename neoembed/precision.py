@@ -61,8 +61,9 @@ def resolve_precision(requested: str = "auto", device: str | None = None) -> Pre
     """The precision for `requested` ("auto", "float32", "bfloat16", "float16", or fp32/bf16/fp16) on `device`
     (a device string such as "cuda:1"; None: CUDA when present, else CPU).
 
-    `auto`: inference in bf16 on a CUDA device that has it (fp16 on older GPUs), fp32 elsewhere (also on CPUs
-    with bf16 units, for now); training with bf16 autocast where bf16 is supported on CUDA, else fp32.
+    `auto`: inference in bf16 where it has hardware (a CUDA device that has it, or a CPU with AVX512-BF16/AMX),
+    fp16 on older GPUs, fp32 elsewhere (`neoembed.probe` then checks a lower precision against fp32); training
+    with bf16 autocast where bf16 is supported on CUDA, else fp32.
     """
     name = _ALIASES.get(requested)
     if name is None:
@@ -73,7 +74,7 @@ def resolve_precision(requested: str = "auto", device: str | None = None) -> Pre
     bf16 = bf16_supported(device_type)
     if name == "auto":
         on_cuda = device_type == "cuda"
-        weight_dtype = (torch.bfloat16 if bf16 else torch.float16) if on_cuda else torch.float32
+        weight_dtype = torch.bfloat16 if bf16 else torch.float16 if on_cuda else torch.float32
         return Precision(device_type, bf16, weight_dtype, train_bf16=on_cuda and bf16, train_fp16=False)
     if name == "bfloat16" and device_type == "cuda" and not bf16:
         raise InputError(

@@ -108,8 +108,9 @@ def test_serve_options_are_generated_from_the_settings_fields():
 def test_build_data_validates_its_options_through_the_settings(tmp_path):
     result = runner.invoke(app, ["build-data", "--check", "--teacher-dtype", "float16"])
     assert result.exit_code == 2
-    assert "neoembed build-data: --teacher-dtype must be one of 'float32' or 'bfloat16', got 'float16'" in (
-        result.output
+    assert (
+        "neoembed build-data: --teacher-dtype must be one of 'auto', 'float32' or 'bfloat16', got 'float16'"
+        in (result.output)
     )
     result = runner.invoke(app, ["build-data", "--out", str(tmp_path), "--margin", "1.5"])
     assert result.exit_code == 2 and "--margin: Input should be less than or equal to 1" in result.output

@@ -22,11 +22,12 @@ def test_cpu_bf16_units_follow_torchs_reported_capability(capability, avx512_bf1
     assert cpu_has_bf16_units(capability, avx512_bf16, amx) is expected
 
 
-def test_auto_on_cpu_infers_and_trains_in_fp32_even_with_bf16_units(monkeypatch):
-    monkeypatch.setattr(precision, "bf16_supported", lambda device: True)
+@pytest.mark.parametrize(("bf16", "weights"), [(True, torch.bfloat16), (False, torch.float32)])
+def test_auto_on_cpu_infers_in_bf16_only_with_bf16_units_and_trains_in_fp32(monkeypatch, bf16, weights):
+    monkeypatch.setattr(precision, "bf16_supported", lambda device: bf16)
     resolved = resolve_precision("auto", "cpu")
-    assert resolved.device == "cpu" and resolved.bf16_supported
-    assert resolved.weight_dtype == torch.float32 and not resolved.train_bf16 and not resolved.train_fp16
+    assert resolved.device == "cpu" and resolved.bf16_supported is bf16
+    assert resolved.weight_dtype == weights and not resolved.train_bf16 and not resolved.train_fp16
 
 
 @pytest.mark.parametrize(
@@ -58,14 +59,3 @@ def test_bf16_on_a_gpu_without_it_and_unknown_names_are_input_errors(monkeypatch
         resolve_precision("bfloat16", "cuda")
     with pytest.raises(InputError, match="float64"):
         resolve_precision("float64", "cpu")
-
-
-def test_serving_casts_through_the_resolver():
-    from types import SimpleNamespace
-
-    from neoembed.serve.worker import to_serving_dtype
-
-    model = torch.nn.Linear(2, 2)
-    model.device = torch.device("cpu")
-    assert to_serving_dtype(model, SimpleNamespace(dtype="auto")).weight.dtype == torch.float32
-    assert to_serving_dtype(model, SimpleNamespace(dtype="bfloat16")).weight.dtype == torch.bfloat16

@@ -72,6 +72,7 @@ from neoembed.cli import (  # noqa: E402
     build_data,
     contrastive,
     encode,
+    export,
     glue,
     index,
     info,
@@ -93,5 +94,6 @@ app.command("glue", context_settings=RECIPE_OVERRIDES)(glue.glue)
 app.add_typer(index.app, name="index", cls=CommandGroup)
 app.command("search")(search.search)
 app.command("serve")(serve.serve)
+app.add_typer(export.app, name="export", cls=CommandGroup)
 app.command()(quickstart.quickstart)
 app.add_typer(bench.app, name="bench", cls=CommandGroup)

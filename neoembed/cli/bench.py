@@ -63,10 +63,34 @@ def encode(
         0, min=0, help="Tokens per timed batch (0: 8192 tiny, 2048 full on CPU; 65536 on CUDA)."
     ),
     out: Path = typer.Option(Path("runs/bench/encode"), help="Directory for encode.json and encode.md."),
+    backends: str | None = typer.Option(
+        None,
+        help="Instead of the NeoBERT paths: compare inference backends of --model on WordNet glosses, e.g. "
+        "torch-fp32,torch-bf16,onnx-fp32,onnx-int8 (writes encode-backends.json/.md).",
+    ),
+    model: str = typer.Option("minilm", help="With --backends: the embedder."),
+    texts: int = typer.Option(1024, min=1, help="With --backends: WordNet glosses to embed."),
+    batch_size: int = typer.Option(32, min=1, help="With --backends: texts per batch."),
 ):
-    """NeoBERT forward throughput: padded vs unpadded path on fixed and mixed lengths, optionally vs ModernBERT."""
+    """NeoBERT forward throughput: padded vs unpadded path on fixed and mixed lengths, optionally vs ModernBERT;
+    or, with --backends, an embedder's speed and fidelity on torch fp32/bf16 and ONNX fp32/int8."""
     from neoembed.bench import encode as bench_encode
     from neoembed.precision import resolve_precision
+
+    if backends is not None:
+        from neoembed.bench import backends as bench_backends
+
+        unknown = [b for b in _csv(backends) if b not in bench_backends.BACKENDS]
+        if unknown or not _csv(backends):
+            raise InputError(
+                f"--backends: unknown {unknown}; choose from {list(bench_backends.BACKENDS)}",
+                param="--backends",
+            )
+        result = bench_backends.run(
+            model, _csv(backends), bench_backends.wordnet_glosses(texts), batch_size, repeats, threads, out
+        )
+        _echo_report(result)
+        return
 
     unknown = [c for c in _csv(configs) if c not in bench_encode.CONFIGS]
     if unknown:

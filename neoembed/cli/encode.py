@@ -19,6 +19,7 @@ def encode(
     from neoembed.cli.encode_files import load_texts, save_embeddings, similarity_table
     from neoembed.embedder import load_embedder
     from neoembed.errors import InputError
+    from neoembed.probe import to_inference_dtype
 
     file, output = settings.file, settings.output
     try:
@@ -27,11 +28,11 @@ def encode(
         raise InputError(f"--file {file} is not UTF-8 text ({err.reason})", param="--file") from err
     if not items:
         raise InputError("give texts as arguments or a non-empty --file", param="--file")
-    embedder = load_embedder(settings.model)
+    embedder, dtype = to_inference_dtype(load_embedder(settings.model), settings.dtype)
     embeddings = embedder.encode(
         items, batch_size=settings.batch_size, normalize_embeddings=settings.normalize
     )
-    typer.echo(f"{settings.model}: {len(items)} texts -> {embeddings.shape[1]}-dim embeddings")
+    typer.echo(f"{settings.model} ({dtype}): {len(items)} texts -> {embeddings.shape[1]}-dim embeddings")
     if len(items) <= 12:
         typer.echo(similarity_table(items, embeddings))
     if output is not None:

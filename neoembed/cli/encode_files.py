@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
@@ -28,6 +29,9 @@ class EncodeSettings(StrictSettings):
     """Texts per encoding batch."""
     normalize: bool = True
     """L2-normalise the embeddings."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """auto (bfloat16 where it has hardware, else float32; checked against float32 on probe texts), float32,
+    bfloat16 or float16."""
 
     @field_validator("file")
     @classmethod

@@ -51,8 +51,9 @@ class MiningConfig(StrictSettings):
     # would be 10 * k + 1.
     candidates: int = Field(100, ge=1)
     """Neighbours searched per query, before the margin rule and the top-k cut."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Teacher dtype: bfloat16 encodes about 1.8x faster on CPUs with bf16 units (cosines within 0.01)."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Teacher dtype: auto is bfloat16 where it has hardware (about 1.8x faster on CPUs with bf16 units), else
+    float32; a lower precision is checked against float32 on probe texts (`neoembed.probe`)."""
     rescore: RescoreConfig = RescoreConfig()  # the optional second model; off unless rescore.model is set
 
 
@@ -78,11 +79,9 @@ class Miner:
         from neoembed.embedder import load_embedder
 
         self.config = config
-        self.model = load_embedder(config.teacher)
-        if config.dtype != "float32":
-            import torch
+        from neoembed.probe import to_inference_dtype
 
-            self.model.to(getattr(torch, config.dtype))
+        self.model, _ = to_inference_dtype(load_embedder(config.teacher), config.dtype)
         self.rescorer = load_rescorer(config.rescore, config.chunk_rows)
 
     def encode(self, texts: list[str], path: Path) -> np.ndarray:

@@ -177,7 +177,7 @@ def build_index(
     threads = set_threads(settings.threads)
     # the reader checks that every file exists before a model is loaded
     corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
-    embedder, fingerprint = encode.load_model(settings.model)
+    embedder, fingerprint = encode.load_model(settings.model, settings.dtype)
     dim = encode.dimension(embedder)
     factory, metric = settings.factory, settings.metric
     if factory != "auto":
@@ -246,7 +246,7 @@ def add_documents(
     threads = set_threads(settings.threads)
     manifest = Manifest.load(out)
     name = settings.model or manifest.model
-    embedder, fingerprint = encode.load_model(name)
+    embedder, fingerprint = encode.load_model(name, settings.dtype)
     if fingerprint != manifest.model_fingerprint:
         raise IndexMismatchError(
             f"model {name!r} (fingerprint {fingerprint}) is not the model the index in {out} was built with: "

@@ -8,10 +8,14 @@ from neoembed.embedder import load_embedder, model_fingerprint
 
 
 @lru_cache(maxsize=4)
-def load_model(name: str):
-    """(SentenceTransformer, fingerprint) for `name`, loaded once per process."""
+def load_model(name: str, dtype: str = "float32"):
+    """(SentenceTransformer, fingerprint) for `name`, loaded once per process, in the checked inference dtype
+    for `dtype` (`neoembed.probe`). The fingerprint is of the weights as stored, before any cast."""
+    from neoembed.probe import to_inference_dtype
+
     model = load_embedder(name)
-    return model, model_fingerprint(model)
+    fingerprint = model_fingerprint(model)
+    return to_inference_dtype(model, dtype)[0], fingerprint
 
 
 def dimension(model) -> int:

@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field
 from neoembed.recipes import StrictSettings
 
 Metric = Literal["cosine", "ip", "l2"]
+InferenceDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 class ThreadSettings(StrictSettings):
@@ -41,6 +42,9 @@ class EmbedSettings(TuneSettings):
 
     batch_size: int = Field(64, ge=1)
     """Embedding batch size."""
+    dtype: InferenceDtype = "auto"
+    """Embedder dtype: auto (bfloat16 where it has hardware, else float32; checked against float32 on probe
+    texts), float32, bfloat16 or float16."""
     id_field: str = "id"
     """Field holding the document id."""
     text_field: str = "text"

@@ -71,6 +71,11 @@ def varlen_kernel_for(device_type: str, dtype: torch.dtype, importable: frozense
     return "sdpa_per_sequence"
 
 
+def tracing() -> bool:
+    """Whether the forward is being traced into a fixed graph (an ONNX export, `torch.jit.trace`)."""
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+
+
 def choose_backend(
     requested: str,
     *,
@@ -80,6 +85,7 @@ def choose_backend(
     importable: frozenset[str],
     has_padding: bool,
     output_attentions: bool,
+    traced: bool = False,
 ) -> str:
     """The attention backend for a padded batch: "eager", "sdpa" or "unpadded".
 
@@ -88,9 +94,14 @@ def choose_backend(
     (no mask, so SDPA may take its flash kernel); a batch with padding runs unpadded where that pays: on CPU
     (exact grouped SDPA), and on CUDA when a fused varlen kernel applies to the compute dtype. CUDA in fp32 has
     no varlen kernel, and grouping there would cost more than the padding.
+
+    `traced` (see `tracing`): a traced graph fixes the shapes and Python values of the example batch, and the
+    unpadded path's sequence plan is such values, so a traced forward always runs padded SDPA.
     """
     if output_attentions:
         return "eager"
+    if traced:
+        return "sdpa"
     if requested != "auto":
         return requested
     if not has_padding:

@@ -36,6 +36,7 @@ from .attention import (
     autocast_dtype,
     choose_backend,
     importable_kernels,
+    tracing,
     varlen_kernel_for,
 )
 from .config import IMPLEMENTATION_OF_BACKEND, NeoBERTConfig, backend_for_implementation
@@ -229,11 +230,13 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             if mask is None:
                 position_ids = torch.arange(length, device=x.device).expand(batch_size, length)
             else:
-                position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+                position_ids = (mask.long().cumsum(dim=1) - 1).clamp(min=0)  # long: ONNX has no bool cumsum
 
         # Nothing padded: drop the mask, so SDPA may pick its flash kernel. Inside a compiled graph the check
-        # would be a data-dependent branch (a graph break), so there the mask is kept.
-        if mask is not None and not torch.compiler.is_compiling() and bool(mask.all()):
+        # would be a data-dependent branch (a graph break), and a traced graph would fix the example's answer,
+        # so there the mask is kept.
+        traced = tracing()
+        if mask is not None and not torch.compiler.is_compiling() and not traced and bool(mask.all()):
             mask = None
         device_type = x.device.type
         backend = choose_backend(
@@ -244,6 +247,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             importable=importable_kernels(),
             has_padding=mask is not None,
             output_attentions=output_attentions,
+            traced=traced,
         )
         if backend != "unpadded":
             batch = PaddedBatch(key_mask=mask, eager=backend == "eager")

@@ -56,7 +56,12 @@ class ServeSettings(StrictSettings):
     device: str | None = None
     """torch device, e.g. cpu or cuda:0 (default: auto)."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
-    """auto (float32 on CPU, bfloat16 or float16 on GPU), float32, float16 or bfloat16."""
+    """auto (bfloat16 where it has hardware, float16 on older GPUs, else float32; checked against float32 on
+    probe texts), float32, float16 or bfloat16."""
+    backend: Literal["torch", "onnx"] = "torch"
+    """torch, or onnx: ONNX Runtime on the CPU, for a directory written by `neoembed export onnx`."""
+    onnx_file: str | None = None
+    """With --backend onnx: the graph under onnx/ (default model.onnx; model_qint8.onnx for int8)."""
     log_level: str = "info"
     """uvicorn and server log level."""
 
@@ -69,6 +74,14 @@ class ServeSettings(StrictSettings):
             )
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("--api-key must not be empty")
+        if self.backend == "onnx" and (
+            self.dtype not in ("auto", "float32") or self.device not in (None, "cpu")
+        ):
+            raise ValueError(
+                "--backend onnx runs the exported graph's own dtype on the CPU: leave --dtype and --device"
+            )
+        if self.onnx_file is not None and self.backend != "onnx":
+            raise ValueError("--onnx-file needs --backend onnx")
         if self.index is not None and not Path(self.index).is_dir():
             raise ValueError(f"--index {self.index}: no such directory")
         return self

@@ -38,22 +38,22 @@ class ModelInfo:
 
 
 def load_model(settings: ServeSettings):
-    """The embedder named by the settings, on its device, in fp32 as stored (see `to_serving_dtype`)."""
+    """The embedder named by the settings, on its device, in fp32 as stored (see `to_serving_backend`)."""
     from neoembed.embedder import load_embedder
 
     return load_embedder(settings.model, device=settings.device, max_seq_length=settings.max_input_length)
 
 
-def to_serving_dtype(model, settings: ServeSettings):
-    """The model in the settings' dtype: fp32 on CPU, half precision on GPU under `auto`."""
-    import torch
+def to_serving_backend(model, settings: ServeSettings):
+    """(model, dtype name): the model on the settings' backend, in its checked dtype: torch in the dtype
+    `neoembed.probe` picks and checks, or ONNX Runtime on the export's graph."""
+    if settings.backend == "onnx":
+        from neoembed.onnx_backend import use_onnx
 
-    from neoembed.precision import resolve_precision
+        return use_onnx(model, settings.model, file_name=settings.onnx_file, threads=settings.threads)
+    from neoembed.probe import to_inference_dtype
 
-    dtype = resolve_precision(settings.dtype, model.device.type).weight_dtype
-    if dtype != torch.float32:
-        model.to(dtype)
-    return model
+    return to_inference_dtype(model, settings.dtype)
 
 
 def default_prompt(model) -> str | None:
@@ -73,13 +73,19 @@ class ModelRunner:
     def __init__(self, model) -> None:
         import torch
 
+        from neoembed.onnx_backend import OnnxEncoder
+
         self.model = model.eval()
         transformer = model[0]
         self._encoder = transformer.auto_model
         tokenizer = transformer.tokenizer
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._left_padded = tokenizer.padding_side == "left"
-        self._packed = self._encoder.config.model_type == "neobert" and self._runs_packed_well(torch)
+        self._packed = (
+            self._encoder.config.model_type == "neobert"
+            and not isinstance(self._encoder, OnnxEncoder)  # a graph exported on the padded path
+            and self._runs_packed_well(torch)
+        )
 
     def _runs_packed_well(self, torch) -> bool:
         # NeoBERT's packed path uses exact per-sequence attention on CPU and a fused varlen kernel on CUDA
@@ -132,7 +138,7 @@ def load_runner(settings: ServeSettings, *, fingerprint: bool) -> tuple[ModelRun
     model = load_model(settings)
     # The fingerprint hashes the weights' bytes as stored, which a bf16/fp16 conversion for serving changes.
     stored = model_fingerprint(model) if fingerprint else None
-    model = to_serving_dtype(model, settings)
+    model, dtype = to_serving_backend(model, settings)
     runner = ModelRunner(model)
     tokenizer = model.tokenizer
     warm_up = np.asarray(tokenizer("warm-up")["input_ids"], dtype=np.int32)
@@ -142,7 +148,7 @@ def load_runner(settings: ServeSettings, *, fingerprint: bool) -> tuple[ModelRun
         max_length=int(model.max_seq_length),
         dimension=int(dimension),
         device=str(model.device),
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        dtype=dtype,
         prompt=default_prompt(model),
         fingerprint=stored,
     )
