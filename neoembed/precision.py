@@ -63,7 +63,8 @@ def resolve_precision(requested: str = "auto", device: str | None = None) -> Pre
 
     `auto`: inference in bf16 where it has hardware (a CUDA device that has it, or a CPU with AVX512-BF16/AMX),
     fp16 on older GPUs, fp32 elsewhere (`neoembed.probe` then checks a lower precision against fp32); training
-    with bf16 autocast where bf16 is supported on CUDA, else fp32.
+    with bf16 autocast over fp32 master weights wherever bf16 has hardware (CUDA, or such a CPU), else fp32
+    (fp16 training needs loss scaling and is only ever asked for explicitly).
     """
     name = _ALIASES.get(requested)
     if name is None:
@@ -75,7 +76,7 @@ def resolve_precision(requested: str = "auto", device: str | None = None) -> Pre
     if name == "auto":
         on_cuda = device_type == "cuda"
         weight_dtype = torch.bfloat16 if bf16 else torch.float16 if on_cuda else torch.float32
-        return Precision(device_type, bf16, weight_dtype, train_bf16=on_cuda and bf16, train_fp16=False)
+        return Precision(device_type, bf16, weight_dtype, train_bf16=bf16, train_fp16=False)
     if name == "bfloat16" and device_type == "cuda" and not bf16:
         raise InputError(
             f"bfloat16 was requested but {torch.cuda.get_device_name()} does not support it; "

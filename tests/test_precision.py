@@ -23,11 +23,11 @@ def test_cpu_bf16_units_follow_torchs_reported_capability(capability, avx512_bf1
 
 
 @pytest.mark.parametrize(("bf16", "weights"), [(True, torch.bfloat16), (False, torch.float32)])
-def test_auto_on_cpu_infers_in_bf16_only_with_bf16_units_and_trains_in_fp32(monkeypatch, bf16, weights):
+def test_auto_on_cpu_infers_and_trains_in_bf16_only_with_bf16_units(monkeypatch, bf16, weights):
     monkeypatch.setattr(precision, "bf16_supported", lambda device: bf16)
     resolved = resolve_precision("auto", "cpu")
     assert resolved.device == "cpu" and resolved.bf16_supported is bf16
-    assert resolved.weight_dtype == weights and not resolved.train_bf16 and not resolved.train_fp16
+    assert resolved.weight_dtype == weights and resolved.train_bf16 is bf16 and not resolved.train_fp16
 
 
 @pytest.mark.parametrize(

@@ -115,6 +115,16 @@ def test_a_run_killed_with_sigkill_resumes_on_the_same_loss_curve(tmp_path):
         assert resumed[step] == pytest.approx(expected[step], abs=1e-6), f"step {step}"
 
 
+def test_bf16_autocast_on_cpu_trains_fp32_master_weights_and_lowers_the_loss(tmp_path):
+    from safetensors.torch import load_file
+
+    settings = PretrainSettings.model_validate(tiny_recipe(tmp_path, precision="bf16", eval_steps=8))
+    final = run_pretraining(settings)
+    assert all(t.dtype == torch.float32 for t in load_file(final / "model.safetensors").values())
+    curve = losses(tmp_path / "run")
+    assert curve[8] < curve[1]
+
+
 def test_running_a_finished_run_again_saves_the_same_model(tmp_path):
     from safetensors.torch import load_file
 
