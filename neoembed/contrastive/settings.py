@@ -111,7 +111,7 @@ class TrainSettings(StrictSettings):
     batch_size: int = Field(default=32, gt=0)  # rows per device per micro-step
     grad_accum: int = Field(default=1, gt=0)
     seed: int = 0
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where bf16 has hardware (GPU or CPU)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where bf16 has hardware
     compile: bool = False  # torch.compile the encoder (NeoBERT: each block's work around attention)
     log_steps: int = Field(default=10, gt=0)
     eval_steps: int = Field(default=200, gt=0)

@@ -92,7 +92,7 @@ class TrainSettings(StrictSettings):
     max_steps: int = Field(default=1000, gt=0)
     grad_accum: int = Field(default=1, gt=0)
     seed: int = 0
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where bf16 has hardware (GPU or CPU)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where bf16 has hardware
     compile: bool = False  # torch.compile each block's work around attention (fused RoPE, norms, SwiGLU)
     log_steps: int = Field(default=10, gt=0)
     eval_steps: int = Field(default=100, gt=0)

@@ -3,8 +3,10 @@
 Every step runs the same `neoembed` command a user would type, under one run directory:
 
 1. `build-data`   WordNet training pairs with hard negatives mined by all-MiniLM-L6-v2
-2. `pretrain`     a small NeoBERT, masked language modelling on WordNet text (the packaged pretrain-cpu recipe)
-3. `contrastive`  that NeoBERT fine-tuned with InfoNCE into `neobert-embed`
+2. `pretrain`     a small NeoBERT, masked language modelling on WordNet text (the packaged pretrain-cpu recipe:
+                  its word embeddings start from all-MiniLM-L6-v2's token embeddings)
+3. `contrastive`  that NeoBERT fine-tuned with InfoNCE plus distillation of all-MiniLM-L6-v2's in-batch scores
+                  into `neobert-embed`
 4. `contrastive`  all-MiniLM-L6-v2 fine-tuned the same way into `minilm-embed`
 5. `mteb-eval`    base and fine-tuned models and bm25 on the held-out WordNet tasks and FOLDOC, one table
 6. `index build`  a FAISS index of WordNet glosses embedded by the fine-tuned MiniLM, then `search`
@@ -49,6 +51,8 @@ class Sizes:
     pretrain_steps: int | None = None  # None: the recipe's
     neobert_steps: int = 300
     neobert_lr: float = 1e-3  # a small, briefly pretrained model needs a larger step than a mature one
+    # The small NeoBERT also learns the teacher's in-batch score distribution (loss.distill); None: InfoNCE only.
+    neobert_teacher: str | None = "minilm"
     minilm_steps: int = 100
     batch_size: int = 32  # rows per contrastive step; every text in a batch distinct
     # Queries and documents of each held-out set scored during fine-tuning; None: each set's own size.
@@ -106,7 +110,9 @@ class Quickstart:
             self._step("data", "WordNet pairs with mined hard negatives", self.build_data),
             self._step("pretrain", "a small NeoBERT pretrained with MLM on WordNet text", self.pretrain),
             self._step(
-                "neobert-embed", "fine-tune the pretrained NeoBERT with InfoNCE", self.fine_tune_neobert
+                "neobert-embed",
+                "fine-tune the pretrained NeoBERT with InfoNCE and distillation from all-MiniLM-L6-v2",
+                self.fine_tune_neobert,
             ),
             self._step(
                 "minilm-embed", "fine-tune all-MiniLM-L6-v2 with the same recipe", self.fine_tune_minilm
@@ -161,9 +167,10 @@ class Quickstart:
 
     def fine_tune_neobert(self, run_dir: Path) -> dict:
         base = run_dir / "neobert-pretrained"
-        return self._fine_tune(
-            "neobert-embed", base, self.sizes.neobert_steps, ["--optim.lr", self.sizes.neobert_lr]
-        )
+        extra = ["--optim.lr", self.sizes.neobert_lr]
+        if self.sizes.neobert_teacher:
+            extra += ["--loss.distill", f"{{teacher: {self.sizes.neobert_teacher}, target: scores}}"]
+        return self._fine_tune("neobert-embed", base, self.sizes.neobert_steps, extra)
 
     def fine_tune_minilm(self, run_dir: Path) -> dict:
         return self._fine_tune("minilm-embed", "minilm", self.sizes.minilm_steps, [])
