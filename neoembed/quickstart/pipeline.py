@@ -49,12 +49,13 @@ SEARCH_QUERIES = 3  # held-out example sentences searched in the index
 class Sizes:
     data_rows: int = 10_000  # WordNet pairs read by build-data
     pretrain_steps: int | None = None  # None: the recipe's
-    neobert_steps: int = 300
+    neobert_steps: int = 400
+    neobert_batch_size: int = 64  # rows per contrastive step; every text in a batch distinct
     neobert_lr: float = 1e-3  # a small, briefly pretrained model needs a larger step than a mature one
     # The small NeoBERT also learns the teacher's in-batch score distribution (loss.distill); None: InfoNCE only.
     neobert_teacher: str | None = "minilm"
     minilm_steps: int = 100
-    batch_size: int = 32  # rows per contrastive step; every text in a batch distinct
+    minilm_batch_size: int = 32
     # Queries and documents of each held-out set scored during fine-tuning; None: each set's own size.
     eval_queries: int | None = None
     eval_corpus: int | None = None
@@ -72,7 +73,8 @@ SMOKE = Sizes(
     pretrain_steps=4,
     neobert_steps=4,
     minilm_steps=2,
-    batch_size=8,
+    neobert_batch_size=8,
+    minilm_batch_size=8,
     eval_queries=20,
     eval_corpus=60,
     tasks=("WordNetDefinitionRetrieval",),
@@ -170,18 +172,20 @@ class Quickstart:
         extra = ["--optim.lr", self.sizes.neobert_lr]
         if self.sizes.neobert_teacher:
             extra += ["--loss.distill", f"{{teacher: {self.sizes.neobert_teacher}, target: scores}}"]
-        return self._fine_tune("neobert-embed", base, self.sizes.neobert_steps, extra)
+        sizes = self.sizes
+        return self._fine_tune("neobert-embed", base, sizes.neobert_steps, sizes.neobert_batch_size, extra)
 
     def fine_tune_minilm(self, run_dir: Path) -> dict:
-        return self._fine_tune("minilm-embed", "minilm", self.sizes.minilm_steps, [])
+        sizes = self.sizes
+        return self._fine_tune("minilm-embed", "minilm", sizes.minilm_steps, sizes.minilm_batch_size, [])
 
-    def _fine_tune(self, name: str, base, steps: int, extra: list) -> dict:
+    def _fine_tune(self, name: str, base, steps: int, batch_size: int, extra: list) -> dict:
         out = self.run_dir / "contrastive" / name
         save_every = max(1, steps // 2)
         args = ["contrastive", "--recipe", "contrastive-cpu", "--steps", steps]
         args += ["--model.base", base, "--data.path", self.run_dir / "data", "--train.output_dir", out]
         args += ["--export.path", self.run_dir / name, "--train.threads", self.threads]
-        args += ["--train.batch_size", self.sizes.batch_size]
+        args += ["--train.batch_size", batch_size]
         args += ["--train.eval_steps", steps, "--train.save_steps", save_every]
         if self.sizes.eval_queries or self.sizes.eval_corpus:
             sized = [
