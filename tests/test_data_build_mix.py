@@ -11,6 +11,7 @@ from datasets import Dataset, DatasetDict
 
 from neoembed.data.build import BuildConfig, build
 from neoembed.errors import RunError
+from neoembed.evaluation.model_meta import leakage_guard_summary
 
 PAIRS = """
 name: pairs
@@ -213,6 +214,9 @@ def test_the_benchmark_guard_drops_planted_test_texts_and_reports_them_per_task(
     assert stats["config"]["guarded_texts"]["STSBenchmark"] == 2
     assert stats["config"]["eval_benchmark"] == "QuoraRetrieval, STSBenchmark"
     assert "QuoraRetrieval 2 (" in (config.out / "stats.md").read_text()
+    # What an exported model's card says about the build it was trained on.
+    summary = leakage_guard_summary(config.out)
+    assert "QuoraRetrieval 2 rows (2 texts)" in summary and "STSBenchmark 1 rows" in summary
     # Collected once: a second build in a fresh directory reads the cached keys, not the tasks' data.
     assert sorted(loads) == ["QuoraRetrieval", "STSBenchmark"]
     assert len(list((tmp_path / "cache" / "leakage").glob("*.npy"))) == 2
@@ -236,6 +240,7 @@ def test_a_benchmark_task_without_data_stops_the_build_or_is_skipped_and_reporte
     assert list(stats["config"]["eval_benchmark_skipped"]) == ["CQADupstackUnixRetrieval"]
     assert stats["sources"]["pairs"]["rows_dropped_for_leakage"]["QuoraRetrieval"] == 2
     assert "NOT guarded" in (config.out / "stats.md").read_text()
+    assert "Not guarded (data unavailable at build time): CQADupstackUnixRetrieval." in leakage_guard_summary(config.out)
 
 
 def test_benchmark_names_resolve_to_their_leaf_tasks():
