@@ -240,7 +240,9 @@ def test_a_benchmark_task_without_data_stops_the_build_or_is_skipped_and_reporte
     assert list(stats["config"]["eval_benchmark_skipped"]) == ["CQADupstackUnixRetrieval"]
     assert stats["sources"]["pairs"]["rows_dropped_for_leakage"]["QuoraRetrieval"] == 2
     assert "NOT guarded" in (config.out / "stats.md").read_text()
-    assert "Not guarded (data unavailable at build time): CQADupstackUnixRetrieval." in leakage_guard_summary(config.out)
+    assert "Not guarded (data unavailable at build time): CQADupstackUnixRetrieval." in leakage_guard_summary(
+        config.out
+    )
 
 
 def test_benchmark_names_resolve_to_their_leaf_tasks():
