@@ -193,7 +193,7 @@ class Build:
                 truncation,
                 self.config.both_directions,
             )
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             staged[name] = prepare_source(
                 manifest,
                 fingerprint,
@@ -209,6 +209,7 @@ class Build:
                 "prepare",
                 source=name,
                 seconds=round(time.perf_counter() - started, 3),
+                cpu_seconds=round(time.process_time() - cpu, 3),  # on a shared machine, the stage's own cost
                 **_brief(staged[name]),
             )
             previous = fingerprint
