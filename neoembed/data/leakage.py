@@ -2,10 +2,10 @@
 
 Every build guards FOLDOC's held-out set (its terms and definitions, `foldoc.heldout_texts`: the cross-source
 set `neoembed contrastive` and `mteb-eval` score), the texts of any `--eval-texts` files, and those of the
-tasks of `--eval-benchmark` (one set per task). A row whose query or positive is one of them is dropped
-(reason `leakage`, counted per guarded set), and so is a negative. Texts
-match by `text_key` (case, punctuation and spacing ignored). WordNet needs no entry here: its held-out synsets
-never become training rows (`wordnet.split_of`).
+tasks of `--eval-benchmark` (one set per task, `benchmark_texts`). A row whose query or positive is one of
+them is dropped (reason `leakage`, counted per guarded set), and so is a negative. Texts match by `text_key`
+(case, punctuation and spacing ignored). WordNet needs no entry here: its held-out synsets never become
+training rows (`wordnet.split_of`).
 """
 
 from __future__ import annotations

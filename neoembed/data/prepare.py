@@ -1,7 +1,8 @@
-"""Stage 1 of a build: read each source, map, normalise, filter, guard against leakage, dedup across sources.
+"""Stage 1 of a build: read each source, map, normalise, cut to the token budget, filter, guard against
+leakage, dedup across sources.
 
 Sources run in manifest order; a (query, positive) pair already kept by an earlier row or source is a
-duplicate. Each source's kept rows go to `staging/<source>.parquet` with a JSON marker holding its stats and a
+duplicate, in either order for a symmetric source (whose rows `both_directions` also writes reversed). Each source's kept rows go to `staging/<source>.parquet` with a JSON marker holding its stats and a
 fingerprint chained over the sources before it, so a resumed build reuses finished sources unchanged.
 """
 
