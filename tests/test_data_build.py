@@ -243,7 +243,7 @@ def test_negatives_that_are_evaluation_texts_are_dropped_and_counted():
     limits = Limits(min_chars=1, max_chars=1000, min_score=None)
     leak_keys = {text_key(clean("A passage from the MTEB test set."))}
     given = ["a passage from the MTEB TEST set.", "Another passage.", "Another passage."]
-    kept, leaked = clean_negatives(given, query_key=1, positive_key=2, limits=limits, leak_keys=leak_keys)
+    kept, leaked, _ = clean_negatives(given, query_key=1, positive_key=2, limits=limits, leak_keys=leak_keys)
     assert kept == ["Another passage."] and leaked == 1
 
 

@@ -380,3 +380,12 @@ def test_a_manifest_relation_column_excludes_and_the_build_counts_each_rule(tmp_
     summary = next(line for line in result.output.splitlines() if line.startswith("mining forum:"))
     rules = f"shared relation 6 (threads 6), margin {mining['dropped_margin']}, rescore {mining['dropped_rescore']}"
     assert rules in summary
+
+
+def test_a_pool_streamed_in_slices_gives_the_negatives_of_a_whole_pool(miner, tmp_path, monkeypatch):
+    import neoembed.data.mining
+
+    whole, _ = mine(miner, [*PAIRS, PLANTED], tmp_path / "whole")
+    monkeypatch.setattr(neoembed.data.mining, "POOL_CHUNK", 4)  # 21 pool texts: six slices, the last short
+    sliced, stats = mine(miner, [*PAIRS, PLANTED], tmp_path / "sliced")
+    assert sliced == whole and stats.mined > 0

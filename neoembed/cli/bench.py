@@ -157,20 +157,44 @@ def index(
 @app.command("build-data")
 def build_data(
     rows: int = typer.Option(1_000_000, min=0, help="Synthetic rows for normalisation + dedup (0 skips)."),
-    mining_rows: int = typer.Option(3000, min=0, help="WordNet rows to mine negatives for (0 skips)."),
+    long_rows: int = typer.Option(20_000, min=0, help="GitHubIssues-shaped long rows staged beside them."),
+    encode_texts: int = typer.Option(1200, min=0, help="Texts the teacher encodes for its rate (0 skips)."),
+    search_pool: int = typer.Option(100_000, min=0, help="Pool of the timed part search (0 skips)."),
+    search_queries: int = typer.Option(20_000, min=1, help="Queries of the timed part search."),
+    project_pairs: int = typer.Option(9_000_000, min=1, help="Pairs of the projected build."),
+    gpu_tokens_per_s: float = typer.Option(1e6, help="Assumed H100 teacher tokens/s, for the projection."),
+    gpu_gflop_per_s: float = typer.Option(
+        20_000, help="Assumed H100 flat-search GFLOP/s, for the projection."
+    ),
+    mining_rows: int = typer.Option(0, min=0, help="WordNet rows to mine end to end (0 skips)."),
     dtypes: str = typer.Option("float32,bfloat16", help="Teacher dtypes to compare for mining."),
     threads: int = typer.Option(2, min=1, help="torch and faiss threads."),
     batch_size: int = typer.Option(128, min=1, help="Teacher encoding batch size."),
     keep: bool = typer.Option(False, help="Keep the generated data and builds under OUT/work."),
     out: Path = typer.Option(Path("runs/bench/build-data"), help="Directory for build-data.json and .md."),
 ):
-    """Contrastive builder: 1M-row normalise+dedup time and peak RSS, and mining pairs/s on WordNet."""
+    """Contrastive builder: per-stage rates and peak RSS on real-shaped synthetic data, a 9M-pair projection."""
     from neoembed.bench import build_data as bench_build_data
 
     bad = [d for d in _csv(dtypes) if d not in ("float32", "bfloat16")]
     if bad:
         raise InputError(f"--dtypes: unknown {bad}; choose float32 and/or bfloat16", param="--dtypes")
-    result = bench_build_data.run(rows, mining_rows, _csv(dtypes), threads, batch_size, out, keep)
+    result = bench_build_data.run(
+        rows,
+        long_rows,
+        mining_rows,
+        _csv(dtypes),
+        threads,
+        batch_size,
+        encode_texts,
+        search_pool,
+        search_queries,
+        project_pairs,
+        gpu_tokens_per_s,
+        gpu_gflop_per_s,
+        out,
+        keep,
+    )
     _echo_report(result)
 
 

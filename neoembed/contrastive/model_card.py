@@ -18,6 +18,7 @@ import yaml
 
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.embedder import MINILM_ALIASES
+from neoembed.evaluation.model_meta import leakage_guard_summary
 
 SECTION_BEFORE = "\n## Training Details\n"  # the library template's heading our section goes in front of
 
@@ -47,6 +48,7 @@ class TrainingFacts:
     recipe: dict
     infonce_weight: float = 1.0
     distillation: str | None = None  # e.g. "from **teacher** (weight 1.0): what it matched"
+    leakage: str | None = None  # the build's leakage guard: what it kept out of training
 
 
 def training_facts(
@@ -85,6 +87,7 @@ def training_facts(
         recipe=settings.model_dump(mode="json"),
         infonce_weight=settings.loss.infonce_weight,
         distillation=distillation(settings, dimension),
+        leakage=leakage_guard_summary(settings.data.path),
     )
 
 
@@ -185,6 +188,8 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         else "Trained without instruction prompts: encode texts as they are.\n"
     )
     rows = "\n".join(f"- {name}: {n} rows" for name, n in facts.rows.items())
+    if facts.leakage:
+        rows += f"\n\n{facts.leakage}"
     sets = "\n".join(f"- {label}: {description}" for label, description in facts.heldout.items())
     evaluation = (
         f"{sets}\n\n{score_table(facts)}"

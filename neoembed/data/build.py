@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -36,9 +36,10 @@ from neoembed.data.leakage import leak_guard
 from neoembed.data.manifest import Manifest, StsRule, load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
-from neoembed.data.prepare import FORMAT_VERSION, prepare_source, staging_paths
+from neoembed.data.prepare import FORMAT_VERSION, TRUNCATED_FIELDS, prepare_source, staging_paths
 from neoembed.data.relations import Keys
 from neoembed.data.stats import render_markdown, size_warnings
+from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
 from neoembed.recipes import StrictSettings
@@ -89,6 +90,16 @@ class BuildConfig(StrictSettings):
     """Offline copies: DIR/<source> replaces the hub dataset of that source."""
     eval_texts: tuple[Path, ...] = ()
     """Leakage guard beyond FOLDOC's held-out set: .txt (a text a line) or .jsonl ('text') files; repeatable."""
+    eval_benchmark: str | None = None
+    """Leakage guard on the evaluation texts of an mteb benchmark ("MTEB(eng, v2)") or comma list of tasks."""
+    eval_benchmark_missing: Literal["error", "skip"] = "error"
+    """A benchmark task whose data cannot be loaded: stop (error) or build without it, reported (skip)."""
+    max_tokens: int = Field(1024, ge=0)
+    """Cut longer texts to this many tokens ([CLS]/[SEP] included), at a token boundary; 0 keeps them whole."""
+    tokenizer: str = "minilm"
+    """Tokenizer counting --max-tokens (default: the packaged MiniLM's, bert-base-uncased as in NeoBERT)."""
+    both_directions: bool = False
+    """Also write each row of a symmetric source (manifest `symmetric: true`) as (positive, query)."""
     max_rows: int | None = Field(None, ge=1)
     """Rows read per source; 0 reads all."""
     budgets: bool = True
@@ -162,7 +173,10 @@ class Build:
         self.manifests = load_manifests(config.manifests, list(config.sources) if config.sources else None)
         self.log_path = self.out / "build.jsonl"
         self._miner: Miner | None = None
-        self.guard = leak_guard(config.eval_texts)
+        self.guard = leak_guard(config.eval_texts, config.eval_benchmark, config.eval_benchmark_missing)
+        self.truncator = Truncator(config.tokenizer, config.max_tokens) if config.max_tokens else None
+        if self.guard.skipped:
+            self.log("eval_benchmark_skipped", tasks=self.guard.skipped)
 
     def log(self, event: str, **fields) -> None:
         append_jsonl(self.log_path, {"time": round(time.time(), 3), "event": event, **fields})
@@ -174,10 +188,18 @@ class Build:
         staged, previous = {}, ""
         for name, (manifest, manifest_sha) in self.manifests.items():
             cap = self.cap(manifest)
+            truncation = self.truncator and (self.config.tokenizer, self.config.max_tokens)
             fingerprint = _sha(
-                FORMAT_VERSION, previous, manifest_sha, self.guard.digest, cap, self.config.sts_rule
+                FORMAT_VERSION,
+                previous,
+                manifest_sha,
+                self.guard.digest,
+                cap,
+                self.config.sts_rule,
+                truncation,
+                self.config.both_directions,
             )
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             staged[name] = prepare_source(
                 manifest.with_sts_rule(self.config.sts_rule),
                 fingerprint,
@@ -186,11 +208,14 @@ class Build:
                 self.guard,
                 self.config.local_data,
                 cap,
+                self.truncator,
+                self.config.both_directions,
             )
             self.log(
                 "prepare",
                 source=name,
                 seconds=round(time.perf_counter() - started, 3),
+                cpu_seconds=round(time.process_time() - cpu, 3),  # on a shared machine, the stage's own cost
                 **_brief(staged[name]),
             )
             previous = fingerprint
@@ -319,7 +344,12 @@ class Build:
                 "rows_per_shard": self.config.rows_per_shard,
                 "mining": self.config.mining.model_dump() if self.config.mine else None,
                 "eval_texts": [str(p) for p in self.config.eval_texts],
-                "guarded_texts": self.guard.sizes(),  # leakage guard: held-out set -> distinct texts
+                "eval_benchmark": self.config.eval_benchmark,
+                "guarded_texts": self.guard.sizes(),  # leakage guard: held-out set (or task) -> distinct texts
+                "eval_benchmark_skipped": self.guard.skipped,  # tasks whose data could not be loaded -> why
+                "max_tokens": self.config.max_tokens or None,
+                "tokenizer": self.config.tokenizer if self.config.max_tokens else None,
+                "both_directions": self.config.both_directions,
             },
             "sources": sources,
             "total": _total(sources),
@@ -384,6 +414,8 @@ def _source_stats(staged: dict, parts: list[dict]) -> dict:
         "rows_dropped_for_leakage": staged["rows_dropped_for_leakage"],
         "negatives_dropped_for_leakage": staged["negatives_dropped_for_leakage"],
         "kept": staged["kept"],
+        "reversed": staged["reversed"],
+        "truncated": staged["truncated"],
         "rows_out": rows,
         "parts": len(parts),
         "malformed_example": staged["malformed_example"],
@@ -415,6 +447,8 @@ def _total(sources: dict) -> dict:
         "dropped": {r: sum(s["dropped"][r] for s in sources.values()) for r in REASONS},
         "rows_dropped_for_leakage": dict(leaked),
         "negatives_dropped_for_leakage": sum(s["negatives_dropped_for_leakage"] for s in sources.values()),
+        "reversed": sum(s["reversed"] for s in sources.values()),
+        "truncated": {k: sum(s["truncated"][k] for s in sources.values()) for k in TRUNCATED_FIELDS},
     }
     negatives = sum(s["negatives_per_row"] * s["rows_out"] for s in sources.values())
     total["negatives_per_row"] = round(negatives / total["rows_out"], 3) if total["rows_out"] else 0.0

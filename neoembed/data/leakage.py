@@ -1,10 +1,11 @@
 """The leakage guard: texts no training row may carry, because a held-out evaluation scores them.
 
 Every build guards FOLDOC's held-out set (its terms and definitions, `foldoc.heldout_texts`: the cross-source
-set `neoembed contrastive` and `mteb-eval` score) and the texts of any `--eval-texts` files. A row whose query
-or positive is one of them is dropped (reason `leakage`, counted per guarded set), and so is a negative. Texts
-match by `text_key` (case, punctuation and spacing ignored). WordNet needs no entry here: its held-out synsets
-never become training rows (`wordnet.split_of`).
+set `neoembed contrastive` and `mteb-eval` score), the texts of any `--eval-texts` files, and those of the
+tasks of `--eval-benchmark` (one set per task, `benchmark_texts`). A row whose query or positive is one of
+them is dropped (reason `leakage`, counted per guarded set), and so is a negative. Texts match by `text_key`
+(case, punctuation and spacing ignored). WordNet needs no entry here: its held-out synsets never become
+training rows (`wordnet.split_of`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from neoembed.data.benchmark_texts import Missing, benchmark_keys
 from neoembed.data.foldoc import heldout_texts
 from neoembed.data.normalize import clean, text_key
 
@@ -30,6 +32,7 @@ class LeakGuard:
     """The guarded text keys of each held-out set, in the order a leaked row is attributed to them."""
 
     sets: dict[str, frozenset[int]]
+    skipped: dict[str, str] = field(default_factory=dict)  # benchmark tasks not guarded: name -> why
 
     @cached_property
     def keys(self) -> frozenset[int]:
@@ -52,10 +55,18 @@ class LeakGuard:
         return {name: len(guarded) for name, guarded in self.sets.items()}
 
 
-def leak_guard(eval_texts: Iterable[Path] = ()) -> LeakGuard:
-    """FOLDOC's held-out texts, then the texts of the `eval_texts` files."""
+def leak_guard(
+    eval_texts: Iterable[Path] = (), eval_benchmark: str | None = None, missing: Missing = "error"
+) -> LeakGuard:
+    """FOLDOC's held-out texts, then the texts of the `eval_texts` files, then those of each task of
+    `eval_benchmark` (a set per task, named by the task; `benchmark_texts`)."""
     foldoc = frozenset(text_key(clean(text)) for text in heldout_texts())
-    return LeakGuard({FOLDOC: foldoc, EVAL_TEXTS: frozenset(read_eval_keys(eval_texts))})
+    sets = {FOLDOC: foldoc, EVAL_TEXTS: frozenset(read_eval_keys(eval_texts))}
+    skipped = {}
+    if eval_benchmark:
+        tasks, skipped = benchmark_keys(eval_benchmark, missing)
+        sets |= tasks
+    return LeakGuard(sets, skipped)
 
 
 def read_eval_keys(files: Iterable[Path]) -> set[int]:

@@ -131,6 +131,9 @@ class Manifest(_Strict):
     mapping: Mapping
     retrieval: Retrieval | None = None
     options: Options = Options()
+    # Query and positive are interchangeable (duplicate questions, STS pairs): (a, b) and (b, a) are one pair
+    # to the dedup, and `--both-directions` trains on both orders.
+    symmetric: bool = False
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Manifest:

@@ -30,6 +30,7 @@ from neoembed.recipes import StrictSettings
 from neoembed.vector_file import embed_to_file
 
 CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
+POOL_CHUNK = 65_536  # pool rows in RAM at a time during a CPU search (96 MiB at 384 dimensions)
 
 
 class MiningConfig(StrictSettings):
@@ -151,7 +152,7 @@ class Miner:
         stats.seconds["select"] += time.perf_counter() - started
 
         started = time.perf_counter()
-        index = _index(p_emb)
+        search = _searcher(p_emb)
         stats.seconds["search"] += time.perf_counter() - started
         k = min(len(unique_pool), cfg.candidates + 1)
         chosen = np.full((len(unique_queries), cfg.num_negatives), -1, dtype=np.int64)
@@ -159,7 +160,7 @@ class Miner:
         for lo in range(0, len(unique_queries), CHUNK):
             hi = min(lo + CHUNK, len(unique_queries))
             started = time.perf_counter()
-            scores, ids = index.search(np.ascontiguousarray(q_emb[lo:hi]), k)
+            scores, ids = search(np.ascontiguousarray(q_emb[lo:hi]), k)
             stats.seconds["search"] += time.perf_counter() - started
 
             started = time.perf_counter()
@@ -240,13 +241,30 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.reshape(-1)], first[order]
 
 
-def _index(pool: np.ndarray):
-    """An exact inner-product index (embeddings are normalised: cosine), on every GPU faiss sees, if any."""
+def _searcher(pool: np.ndarray):
+    """`search(queries, k)` -> (scores, ids) of the exact inner-product top k (embeddings are normalised:
+    cosine) over the memory-mapped `pool`.
+
+    On a GPU, faiss's flat index holds the part's pool in GPU memory (every GPU faiss sees). On a CPU the pool
+    streams through faiss a slice of `POOL_CHUNK` rows at a time (`faiss.knn` per slice, merged by
+    `faiss.ResultHeap`, faiss's tool for sliced datasets), so RAM holds one slice and the heap of a query
+    chunk, whatever the pool size; an `IndexFlatIP` would copy the whole pool into RAM.
+    """
     from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
 
-    index = faiss.IndexFlatIP(pool.shape[1])
     if getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
-        index = faiss.index_cpu_to_all_gpus(index)
-    for start in range(0, len(pool), CHUNK):
-        index.add(np.ascontiguousarray(pool[start : start + CHUNK]))
-    return index
+        index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatIP(pool.shape[1]))
+        for start in range(0, len(pool), CHUNK):
+            index.add(np.ascontiguousarray(pool[start : start + CHUNK]))
+        return index.search
+
+    def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        heap = faiss.ResultHeap(len(queries), k, keep_max=True)
+        for start in range(0, len(pool), POOL_CHUNK):
+            block = np.ascontiguousarray(pool[start : start + POOL_CHUNK])
+            scores, ids = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+            heap.add_result(scores, ids + start)
+        heap.finalize()
+        return heap.D, heap.I
+
+    return search

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,20 +83,30 @@ def check(
 
 
 def clean_negatives(
-    values, query_key: int, positive_key: int, limits: Limits, leak_keys: frozenset | set = frozenset()
-) -> tuple[list[str], int]:
-    """Cleaned negatives in source order, without empties, out-of-range lengths, repeats, or copies of the pair,
-    and the number dropped because they are evaluation texts (`leak_keys`): a given negative can carry a test
-    passage into training as surely as a positive can."""
-    kept, seen, leaked = [], {query_key, positive_key}, 0
+    values,
+    query_key: int,
+    positive_key: int,
+    limits: Limits,
+    leak_keys: frozenset | set = frozenset(),
+    truncate: Callable[[str], tuple[str, bool]] | None = None,
+) -> tuple[list[str], int, int]:
+    """Cleaned negatives in source order, without empties, out-of-range lengths, repeats, or copies of the pair;
+    the number dropped because they are evaluation texts (`leak_keys`): a given negative can carry a test
+    passage into training as surely as a positive can; and the number of kept ones `truncate` cut."""
+    kept, seen, leaked, cut_count = [], {query_key, positive_key}, 0, 0
     for value in values:
         text = clean(value) if isinstance(value, str) else ""
+        whole_key, cut = None, False
+        if truncate is not None and text:
+            short, cut = truncate(text)
+            whole_key, text = (text_key(text), short) if cut else (None, text)
         if not text or not limits.min_chars <= len(text) <= limits.max_chars:
             continue
         key = text_key(text)
-        if key in leak_keys:
+        if key in leak_keys or whole_key in leak_keys:
             leaked += 1
         elif key not in seen:
             seen.add(key)
             kept.append(text)
-    return kept, leaked
+            cut_count += cut
+    return kept, leaked, cut_count

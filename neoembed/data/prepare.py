@@ -1,7 +1,8 @@
-"""Stage 1 of a build: read each source, map, normalise, filter, guard against leakage, dedup across sources.
+"""Stage 1 of a build: read each source, map, normalise, cut to the token budget, filter, guard against
+leakage, dedup across sources.
 
 Sources run in manifest order; a (query, positive) pair already kept by an earlier row or source is a
-duplicate. Each source's kept rows go to `staging/<source>.parquet` with a JSON marker holding its stats and a
+duplicate, in either order for a symmetric source (whose rows `both_directions` also writes reversed). Each source's kept rows go to `staging/<source>.parquet` with a JSON marker holding its stats and a
 fingerprint chained over the sources before it, so a resumed build reuses finished sources unchanged.
 """
 
@@ -31,6 +32,7 @@ from neoembed.data.normalize import (
 )
 from neoembed.data.relations import relation_key
 from neoembed.data.sources import read_source
+from neoembed.data.truncate import Truncator
 from neoembed.runs import temp_path, write_json
 
 STAGING_SCHEMA = pa.schema(
@@ -45,7 +47,8 @@ STAGING_SCHEMA = pa.schema(
     ]
 )
 BATCH_ROWS = 10_000
-FORMAT_VERSION = "5"  # bump when normalisation, filtering, source order or the staging schema changes
+TRUNCATED_FIELDS = ("query", "positive", "negatives")
+FORMAT_VERSION = "6"  # bump when normalisation, filtering, source order or the staging schema changes
 
 
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:
@@ -60,14 +63,23 @@ def prepare_source(
     guard: LeakGuard,
     local_root: Path | None,
     max_rows: int | None,
+    truncator: Truncator | None = None,
+    both_directions: bool = False,
 ) -> dict:
-    """Stage one source; adds its kept pair keys to `seen`; returns its stats (also written as the marker)."""
+    """Stage one source; adds its kept pair keys to `seen`; returns its stats (also written as the marker).
+
+    `truncator` cuts long texts to a token budget before the filters; `both_directions` also writes each kept
+    row of a symmetric source reversed, (positive, query)."""
     parquet_path, marker = staging_paths(out, manifest.name)
+    symmetric = manifest.symmetric
     if marker.exists():
         stats = json.loads(marker.read_text())
         if stats["fingerprint"] == fingerprint and parquet_path.exists():
             keys = pq.read_table(parquet_path, columns=["query_key", "positive_key"])
-            seen.update(pair_keys(keys["query_key"].to_numpy(), keys["positive_key"].to_numpy()).tolist())
+            query_keys, positive_keys = keys["query_key"].to_numpy(), keys["positive_key"].to_numpy()
+            seen.update(pair_keys(query_keys, positive_keys).tolist())
+            if symmetric:
+                seen.update(pair_keys(positive_keys, query_keys).tolist())
             return stats
 
     dataset, rows_available = read_source(manifest, local_root, max_rows)
@@ -78,6 +90,7 @@ def prepare_source(
     dropped = dict.fromkeys(REASONS, 0)
     leak_keys, leaked_rows, leaked_negatives = guard.keys, dict.fromkeys(guard.sets, 0), 0
     malformed_example = None
+    truncated, reversed_rows = dict.fromkeys(TRUNCATED_FIELDS, 0), 0
     query_lengths, positive_lengths, negative_counts = [], [], []
 
     parquet_path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,28 +110,55 @@ def prepare_source(
                     continue
                 query, positive, score, relations, given = row
                 query, positive = clean(query or ""), clean(positive or "")
+                # An evaluation text longer than the budget must still match: whole texts' keys are guarded too.
+                whole_keys, cut = [], []
+                if truncator is not None:
+                    (short_query, query_cut), (short_positive, positive_cut) = (
+                        truncator(query),
+                        truncator(positive),
+                    )
+                    for text, field, was_cut in (
+                        (query, "query", query_cut),
+                        (positive, "positive", positive_cut),
+                    ):
+                        if was_cut:
+                            whole_keys.append(text_key(text))
+                            cut.append(field)
+                    query, positive = short_query, short_positive
                 query_key, positive_key = text_key(query), text_key(positive)
                 reason = check(query, positive, query_key, positive_key, score, limits)
-                if reason is None and (query_key in leak_keys or positive_key in leak_keys):
+                if reason is None and not leak_keys.isdisjoint((query_key, positive_key, *whole_keys)):
                     reason = "leakage"
-                    leaked_rows[guard.match(query_key, positive_key)] += 1
+                    leaked_rows[guard.match(query_key, positive_key, *whole_keys)] += 1
                 if reason is None:
                     pair = pair_key(query_key, positive_key)
-                    reason = "duplicate" if pair in seen else None
-                    seen.add(pair)
+                    # A symmetric source's (b, a) is its (a, b): both orders are looked up and remembered.
+                    pairs = (pair, pair_key(positive_key, query_key)) if symmetric else (pair,)
+                    reason = "duplicate" if any(p in seen for p in pairs) else None
+                    seen.update(pairs)
                 if reason is not None:
                     dropped[reason] += 1
                     continue
-                negatives, leaked = clean_negatives(given, query_key, positive_key, limits, leak_keys)
+                negatives, leaked, cut_negatives = clean_negatives(
+                    given, query_key, positive_key, limits, leak_keys, truncator
+                )
                 leaked_negatives += leaked
-                for name, value in zip(
-                    STAGING_SCHEMA.names,
-                    (query, positive, negatives, manifest.name, query_key, positive_key, relations),
-                ):
-                    rows[name].append(value)
-                query_lengths.append(len(query))
-                positive_lengths.append(len(positive))
-                negative_counts.append(len(negatives))
+                for field in cut:
+                    truncated[field] += 1
+                truncated["negatives"] += cut_negatives
+                written = [(query, positive, query_key, positive_key)]
+                if both_directions and symmetric:
+                    written.append((positive, query, positive_key, query_key))
+                    reversed_rows += 1
+                for first, second, first_key, second_key in written:
+                    for name, value in zip(
+                        STAGING_SCHEMA.names,
+                        (first, second, negatives, manifest.name, first_key, second_key, relations),
+                    ):
+                        rows[name].append(value)
+                    query_lengths.append(len(first))
+                    positive_lengths.append(len(second))
+                    negative_counts.append(len(negatives))
             if rows["query"]:
                 writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
             bar.update(stop - start)
@@ -133,6 +173,8 @@ def prepare_source(
         "dropped": dropped,
         "rows_dropped_for_leakage": leaked_rows,  # guarded set -> rows (dropped["leakage"] in all)
         "negatives_dropped_for_leakage": leaked_negatives,
+        "truncated": truncated,  # texts of kept rows cut to the token budget
+        "reversed": reversed_rows,  # rows also written as (positive, query): part of `kept`
         "malformed_example": malformed_example,
         "given_negatives_per_row": round(float(np.mean(negative_counts)), 3) if negative_counts else 0.0,
         "query_chars": _percentiles(query_lengths),

@@ -38,6 +38,23 @@ def render_markdown(stats: dict) -> str:
         f"Leakage guard: rows dropped because their query or positive is a held-out text: {guarded}; "
         f"negatives dropped: {total['negatives_dropped_for_leakage']}.",
     ]
+    config = stats["config"]
+    if config.get("eval_benchmark"):
+        lines += ["", f"Evaluation benchmark guarded: `{config['eval_benchmark']}` (a set per task, above)."]
+    if config.get("eval_benchmark_skipped"):
+        lines += ["", "Benchmark tasks NOT guarded (their data could not be loaded):", ""]
+        lines += [f"- {name}: {why}" for name, why in config["eval_benchmark_skipped"].items()]
+    if config.get("max_tokens"):
+        cut = total["truncated"]
+        lines += [
+            "",
+            f"Texts cut to {config['max_tokens']} tokens (`{config['tokenizer']}` tokenizer): "
+            f"queries {cut['query']}, positives {cut['positive']}, negatives {cut['negatives']}; per source: "
+            + (", ".join(f"{n} {sum(s['truncated'].values())}" for n, s in sources.items()) or "-")
+            + ".",
+        ]
+    if total.get("reversed"):
+        lines += ["", f"Symmetric rows also written reversed (in `kept`): {total['reversed']}."]
 
     lines += [
         "",
