@@ -18,6 +18,7 @@ name: pairs
 description: (question, duplicate question) pairs
 dataset: some/pairs
 licence: l
+licence_source: s
 paper: release
 mapping: {query: q1, positive: q2, negatives: [other]}
 """
