@@ -25,3 +25,15 @@ def minilm_path():
     from neoembed.embedder import packaged_minilm_path
 
     return packaged_minilm_path()
+
+
+@pytest.fixture(scope="module")
+def neobert_dir(tmp_path_factory):
+    """A tiny random NeoBERT saved with the packaged bert-base-uncased tokenizer: a loadable encoder directory."""
+    from neoembed.pretrain import NeoBERTModel, tiny_config
+    from neoembed.pretrain.tokenizer import load_tokenizer
+
+    path = tmp_path_factory.mktemp("neobert")
+    NeoBERTModel(tiny_config()).eval().save_pretrained(path)
+    load_tokenizer(max_length=128).save_pretrained(path)
+    return path

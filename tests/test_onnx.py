@@ -8,8 +8,6 @@ import pytest
 
 from neoembed.errors import InputError
 from neoembed.onnx_backend import export_onnx, load_onnx_embedder
-from neoembed.pretrain import NeoBERTModel, tiny_config
-from neoembed.pretrain.tokenizer import load_tokenizer
 
 TEXTS = [
     "a",
@@ -23,14 +21,6 @@ def minilm_export(tmp_path_factory):
     out = tmp_path_factory.mktemp("onnx") / "minilm"
     export_onnx("minilm", out, quantize="int8")
     return out
-
-
-@pytest.fixture(scope="module")
-def neobert_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("neobert")
-    NeoBERTModel(tiny_config()).eval().save_pretrained(path)
-    load_tokenizer(max_length=128).save_pretrained(path)
-    return path
 
 
 def _torch_and_onnx(model_dir, export_dir, file_name=None):

@@ -7,16 +7,6 @@ import torch
 
 from neoembed import precision, probe
 from neoembed.errors import InputError
-from neoembed.pretrain import NeoBERTModel, tiny_config
-from neoembed.pretrain.tokenizer import load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def neobert_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("neobert")
-    NeoBERTModel(tiny_config()).eval().save_pretrained(path)
-    load_tokenizer(max_length=128).save_pretrained(path)
-    return path
 
 
 @pytest.fixture
