@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import BuildDataBench
 
 TARGET_SECONDS = 120.0
 TARGET_RSS_GIB = 4.0
@@ -163,22 +164,25 @@ def bench_mining(rows: int, dtypes: list[str], batch_size: int, work: Path) -> l
     return results
 
 
-def run(
-    rows: int, mining_rows: int, dtypes: list[str], threads: int, batch_size: int, out_dir: Path, keep: bool
-) -> dict:
+def run(settings: BuildDataBench) -> dict:
     import torch
 
     from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
 
+    rows, mining_rows, threads, out_dir = settings.rows, settings.mining_rows, settings.threads, settings.out
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
     work = out_dir / "work"
     shutil.rmtree(work, ignore_errors=True)
     load_before = os.getloadavg()
     normalise = bench_normalise(rows, work / "normalise") if rows else None
-    mining = bench_mining(mining_rows, dtypes, batch_size, work / "mining") if mining_rows else []
+    mining = (
+        bench_mining(mining_rows, list(settings.dtypes), settings.batch_size, work / "mining")
+        if mining_rows
+        else []
+    )
     load_after = os.getloadavg()
-    if not keep:
+    if not settings.keep:
         shutil.rmtree(work, ignore_errors=True)
 
     lines = [

@@ -32,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import ServeBench
 from neoembed.runs import append_jsonl
 
 TARGET_RATIO = 0.9  # server throughput over direct encode at batch 32
@@ -217,18 +218,12 @@ def bench_model(
     }
 
 
-def run(
-    *,
-    models: list[str],
-    texts: int,
-    texts_per_request: int,
-    clients: int,
-    repeats: int,
-    threads: int,
-    out_dir: Path,
-    direct_batch_sizes: tuple[int, ...] = (32, 256),
-) -> dict:
+def run(settings: ServeBench) -> dict:
     from neoembed.data.wordnet import load_synsets
+
+    models, texts, texts_per_request = settings.models, settings.texts, settings.texts_per_request
+    clients, repeats, threads, out_dir = settings.clients, settings.repeats, settings.threads, settings.out
+    direct_batch_sizes = settings.direct_batch_sizes
 
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "serve_log.jsonl"
@@ -261,8 +256,8 @@ def run(
         f"{r['health_p95_ms']:.0f} ms over {r['health_probes']} probes (target {HEALTH_TARGET_MS:.0f})"
         for r in results
     )
-    settings = {
-        "models": models,
+    described = {
+        "models": list(models),
         "texts": len(inputs),
         "texts_per_request": texts_per_request,
         "clients": clients,
@@ -278,7 +273,7 @@ def run(
         f"{summary}\n"
     )
     payload = {
-        "settings": settings,
+        "settings": described,
         "rows": rows,
         "results": [{k: v for k, v in r.items() if k != "rows"} for r in results],
     }
