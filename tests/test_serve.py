@@ -184,7 +184,7 @@ def test_tokenize_offsets_point_into_the_text(url):
 def test_info_health_and_metrics(url):
     info = httpx.get(f"{url}/info").json()
     assert (info["model"], info["dimension"], info["max_input_length"]) == ("minilm", 384, 256)
-    assert info["max_batch_tokens"] == 4096 and info["max_client_batch_size"] == 2048
+    assert info["max_batch_tokens"] == 1024 and info["max_client_batch_size"] == 2048
     assert httpx.get(f"{url}/health").json()["status"] == "ok"
     before = metric(url, 'neoembed_requests_total{route="/v1/embeddings",status="200"}')
     httpx.post(f"{url}/v1/embeddings", json={"input": "count me", "model": "m"})
