@@ -56,13 +56,17 @@ def load_embedder(
     except (OSError, ValueError, KeyError) as err:
         raise EmbedderError(f"cannot load embedder {name!r}: {err}") from err
     if max_seq_length is not None:
-        limit = position_limit(model)
-        if limit is not None and max_seq_length > limit:
-            raise EmbedderError(
-                f"max length {max_seq_length} exceeds {name!r}'s {limit} positions; use at most {limit}"
-            )
-        model.max_seq_length = max_seq_length
+        set_max_seq_length(model, max_seq_length, name=name, what="max length", error=EmbedderError)
     return model
+
+
+def set_max_seq_length(model, length: int, *, name: str, what: str, error: type[Exception]) -> None:
+    """Truncate `model`'s inputs at `length` tokens; beyond its position embeddings is an `error` that
+    names the setting (`what`) and the model (`name`)."""
+    limit = position_limit(model)
+    if limit is not None and length > limit:
+        raise error(f"{what} {length} exceeds the {limit} positions of {name!r}; use at most {limit}")
+    model.max_seq_length = length
 
 
 def position_limit(model) -> int | None:

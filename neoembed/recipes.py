@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError
 
 from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe_file
@@ -27,6 +27,24 @@ class RecipeError(InputError):
 
 # A recipe field naming a file (a DeepSpeed config): a path, or a file shipped beside the packaged recipes.
 PackagedFile = Annotated[str, AfterValidator(resolve_recipe_file)]
+
+
+def split_commas(value: Any) -> Any:
+    """`"a,b"` (one flag value) or `["a,b", "c"]` (a repeated flag) -> `["a", "b", "c"]`; other values as given."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        return value
+    return [part.strip() for item in value for part in str(item).split(",") if part.strip()]
+
+
+def comma_separated(sequence_type: Any) -> Any:
+    """A sequence field that the command line writes as one comma-separated value (`--dtypes fp32,bf16`)."""
+    return Annotated[
+        sequence_type,
+        BeforeValidator(split_commas),
+        PlainSerializer(lambda items: ",".join(map(str, items)), when_used="json"),
+    ]
 
 
 class StrictSettings(BaseModel):

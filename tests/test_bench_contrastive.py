@@ -1,4 +1,4 @@
-"""`neoembed bench contrastive`: issue 17's target checks over a scores table, and the whole bench end to end
+"""`neoembed bench contrastive`: the recipe's goal checks over a scores table, and the whole bench end to end
 on a tiny model (default WordNet build, both trainers on one budget, one mteb run, report, reuse)."""
 
 import json
@@ -11,7 +11,7 @@ from neoembed.bench.contrastive import (
     FOLDOC_TASK,
     LEMMA_TASK,
     POS_TASK,
-    target_checks,
+    goal_checks,
 )
 
 BASE = {EXAMPLE_TASK: 0.343, LEMMA_TASK: 0.500, FOLDOC_TASK: 0.684, POS_TASK: 0.676}
@@ -22,7 +22,7 @@ def scores(ours: dict, theirs: dict) -> dict:
 
 
 def met(table: dict) -> list[bool]:
-    return [check.met for check in target_checks(table, "base", "ours", "st")]
+    return [check.met for check in goal_checks(table, "base", "ours", "st")]
 
 
 def test_a_recipe_that_meets_every_target():
@@ -30,7 +30,7 @@ def test_a_recipe_that_meets_every_target():
         {EXAMPLE_TASK: 0.370, FOLDOC_TASK: 0.720, POS_TASK: 0.660},
         {EXAMPLE_TASK: 0.368, FOLDOC_TASK: 0.702},
     )
-    checks = target_checks(table, "base", "ours", "st")
+    checks = goal_checks(table, "base", "ours", "st")
     assert [c.met for c in checks] == [True] * 5
     # the figures a reader needs: both scores and the change
     assert "0.7200 vs ST 0.7020 (+2.56%)" in checks[2].line()
@@ -43,9 +43,7 @@ def test_issue_17s_measurements_fail_the_targets_they_fail():
     table = scores({EXAMPLE_TASK: 0.343, FOLDOC_TASK: 0.657, POS_TASK: 0.592}, {FOLDOC_TASK: 0.702})
     assert met(table) == [False, False, False, True, False]
     assert (
-        target_checks(table, "base", "ours", "st")[1]
-        .line()
-        .endswith("0.6570 vs base 0.6840 (-3.95%): NOT met")
+        goal_checks(table, "base", "ours", "st")[1].line().endswith("0.6570 vs base 0.6840 (-3.95%): NOT met")
     )
 
 
@@ -60,7 +58,7 @@ def test_margins_are_at_their_bounds():
 def test_a_missing_score_fails_its_check_and_says_so():
     table = scores({}, {})
     del table["ours"][FOLDOC_TASK]
-    checks = target_checks(table, "base", "ours", "st")
+    checks = goal_checks(table, "base", "ours", "st")
     assert [c.met for c in checks][1:3] == [False, False]
     assert "missing" in checks[1].figures
 
@@ -106,8 +104,8 @@ def test_the_bench_trains_both_models_on_one_budget_and_reports_every_target(tmp
     tuned = report["rows"][2]
     assert "%)" in tuned["FOLDOC term->definition nDCG@10"]  # relative change vs base
     assert len(report["checks"]) == 5
-    assert "Issue 17 targets" in result.output and "ST baseline on FOLDOC" in result.output
-    assert "Issue 17 targets" in (out / "contrastive.md").read_text()
+    assert "Recipe goals" in result.output and "ST baseline on FOLDOC" in result.output
+    assert "Recipe goals" in (out / "contrastive.md").read_text()
 
     # a second invocation reuses the finished trainings and the cached scores
     again = CliRunner().invoke(app, args)

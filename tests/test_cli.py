@@ -225,3 +225,31 @@ def test_a_bad_value_names_its_flag_before_any_work(tmp_path, monkeypatch, args,
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["IDX"]  # nothing built, written or loaded
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["bench", "encode", "--dtypes", "auto,fp32"], "--dtypes"),
+        (["bench", "encode", "--mixed", "512,16"], "--mixed"),
+        (["bench", "serve", "--direct-batch-sizes", "32,0"], "--direct-batch-sizes"),
+        (["bench", "build-data", "--dtypes", "float16"], "--dtypes"),
+        (["bench", "pretrain", "--config", "medium"], "--config"),
+        (["bench", "contrastive", "--set", "optim.lr"], "--set"),
+    ],
+)
+def test_bench_options_come_from_its_settings_and_name_the_bad_flag(args, flag, tmp_path):
+    result = runner.invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert flag in result.output
+    assert not any(tmp_path.iterdir()), "a bad flag must stop the bench before it writes anything"
+
+
+def test_comma_separated_bench_options_parse_into_their_settings():
+    from neoembed.bench.settings import EncodeBench, ServeBench
+    from neoembed.cli.options import validate_options
+
+    settings = validate_options(ServeBench, {"models": "minilm, ./a", "direct_batch_sizes": "32,64"}, [])
+    assert settings.models == ("minilm", "./a") and settings.direct_batch_sizes == (32, 64)
+    assert EncodeBench(mixed="8,64").mixed == (8, 64)
+    assert EncodeBench().model_dump(mode="json")["configs"] == "tiny,full"  # what --help shows as the default

@@ -15,7 +15,7 @@ from synthetic_text import random_documents
 
 from neoembed.pretrain.corpus import PretrainCorpusError
 from neoembed.pretrain.settings import PretrainSettings
-from neoembed.pretrain.trainer import run_pretraining
+from neoembed.pretrain.train import run_pretraining
 from neoembed.recipes import RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

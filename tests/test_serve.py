@@ -8,7 +8,10 @@ its own inference process; `model`, loaded here, gives the `SentenceTransformer.
 import asyncio
 import base64
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -181,7 +184,7 @@ def test_tokenize_offsets_point_into_the_text(url):
 def test_info_health_and_metrics(url):
     info = httpx.get(f"{url}/info").json()
     assert (info["model"], info["dimension"], info["max_input_length"]) == ("minilm", 384, 256)
-    assert info["max_batch_tokens"] == 4096 and info["max_client_batch_size"] == 2048
+    assert info["max_batch_tokens"] == 1024 and info["max_client_batch_size"] == 2048
     assert httpx.get(f"{url}/health").json()["status"] == "ok"
     before = metric(url, 'neoembed_requests_total{route="/v1/embeddings",status="200"}')
     httpx.post(f"{url}/v1/embeddings", json={"input": "count me", "model": "m"})
@@ -414,3 +417,44 @@ def test_graceful_shutdown_finishes_accepted_requests(model):
     np.testing.assert_allclose(response.json(), encode(model, texts), atol=1e-5)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{base}/health")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_request_tokenization_starts_no_tokenizer_thread_pool(minilm_path):
+    """Requests are tokenized side by side on request threads already; the Rust tokenizer's own pool would
+    add a spinning thread per core, CPU taken from the inference process."""
+    code = (
+        "import os, sys\n"
+        "from transformers import AutoTokenizer\n"
+        "from neoembed.serve.inputs import Inputs\n"
+        "from neoembed.serve.tokenization import RequestTokenizer\n"
+        "tokenizer = RequestTokenizer(AutoTokenizer.from_pretrained(sys.argv[1]), max_length=128)\n"
+        "before = len(os.listdir('/proc/self/task'))\n"
+        "texts = [f'some text number {i}' for i in range(256)]\n"
+        "for _ in range(3):\n"
+        "    tokenizer.prepare(Inputs(texts=texts), truncate=True, field='input')\n"
+        "print(len(os.listdir('/proc/self/task')) - before)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(minilm_path)], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "0", "tokenizing requests started threads"
+
+
+def test_the_bench_load_generator_gets_every_response_and_fails_on_an_error(url):
+    from neoembed.bench import load
+
+    port = int(url.rsplit(":", 1)[1])
+    texts = [f"text number {i}" for i in range(12)]
+    requests = [
+        load.post("127.0.0.1", port, "/v1/embeddings", {"input": texts[i : i + 3], "model": "m"})
+        for i in range(0, 12, 3)
+    ]
+    wall, latencies = asyncio.run(load.drive("127.0.0.1", port, requests, clients=2))
+    assert len(latencies) == 4 and wall >= max(latencies) > 0
+    empty = load.post("127.0.0.1", port, "/v1/embeddings", {"input": "", "model": "m"})
+    with pytest.raises(RuntimeError, match="400"):
+        asyncio.run(load.drive("127.0.0.1", port, [empty], clients=1))

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from neoembed.pretrain.settings import PretrainSettings
 from neoembed.pretrain.tokenizer import load_tokenizer
-from neoembed.pretrain.trainer import build_model
+from neoembed.pretrain.train import build_model
 from neoembed.recipes import RecipeError
 
 CONFIG = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}

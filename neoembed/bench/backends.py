@@ -13,13 +13,15 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import torch
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import InferenceBackend
 
-BACKENDS = ("torch-fp32", "torch-bf16", "onnx-fp32", "onnx-int8")
+BACKENDS = get_args(InferenceBackend)
 ONNX_FILES = {"onnx-fp32": "model.onnx", "onnx-int8": "model_qint8.onnx"}
 K = 10
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import BuildDataBench
 
 TARGET_SECONDS = 120.0
 TARGET_RSS_GIB = 4.0
@@ -75,6 +76,7 @@ LONG_MANIFEST = """name: longissues
 description: GitHubIssues-shaped synthetic pairs (long texts)
 dataset: local/longissues
 licence: none
+licence_source: synthetic rows made by the benchmark
 paper: release
 mapping: {query: anchor, positive: positive}
 options: {mine: never}
@@ -357,37 +359,30 @@ def project(
     return rows
 
 
-def run(
-    rows: int,
-    long: int,
-    mining_rows: int,
-    dtypes: list[str],
-    threads: int,
-    batch_size: int,
-    encode_texts: int,
-    search_pool: int,
-    search_queries: int,
-    project_pairs: int,
-    gpu_tokens_per_s: float,
-    gpu_gflop_per_s: float,
-    out_dir: Path,
-    keep: bool,
-) -> dict:
+def run(settings: BuildDataBench) -> dict:
     import torch
 
     from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
 
+    out_dir, threads, batch_size = settings.out, settings.threads, settings.batch_size
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
     work = out_dir / "work"
     shutil.rmtree(work, ignore_errors=True)
     load_before = os.getloadavg()
-    sources, stage = bench_normalise(rows, long, work / "normalise") if rows else ([], None)
-    encode = bench_encode(encode_texts, batch_size) if encode_texts else None
-    search = bench_search(search_pool, search_queries, work / "search") if search_pool else None
+    rows, texts, pool, mining_rows = (
+        settings.rows,
+        settings.encode_texts,
+        settings.search_pool,
+        settings.mining_rows,
+    )
+    sources, stage = bench_normalise(rows, settings.long_rows, work / "normalise") if rows else ([], None)
+    encode = bench_encode(texts, batch_size) if texts else None
+    search = bench_search(pool, settings.search_queries, work / "search") if pool else None
+    dtypes = list(settings.dtypes)
     mining = bench_mining(mining_rows, dtypes, batch_size, work / "mining") if mining_rows else []
     load_after = os.getloadavg()
-    if not keep:
+    if not settings.keep:
         shutil.rmtree(work, ignore_errors=True)
 
     lines = [
@@ -454,6 +449,11 @@ def run(
     projection = []
     if stage and encode and search:
         synthetic = next(s for s in sources if s["source"] == "synthetic")
+        project_pairs, gpu_tokens_per_s, gpu_gflop_per_s = (
+            settings.project_pairs,
+            settings.gpu_tokens_per_s,
+            settings.gpu_gflop_per_s,
+        )
         projection = project(
             project_pairs,
             search["pool"],

@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import EncodeBench, resolve_device
+from neoembed.precision import resolve_precision
 from neoembed.pretrain import NeoBERTConfig, NeoBERTModel, tiny_config
 from neoembed.pretrain.attention import choose_backend, importable_kernels, varlen_kernel_for
 from neoembed.pretrain.batches import padded_width
@@ -39,7 +41,6 @@ DEFAULT_TOKENS_PER_BATCH = {"tiny": 8192, "full": 2048}
 GPU_TOKENS_PER_BATCH = 65536
 DEFAULT_LENGTHS = [128, 512, 1024]
 COMPARE_LENGTHS = [512, 1024, 2048, 4096]
-MIXED_RANGE = (16, 512)
 TARGET_SPEEDUP = 1.4  # unpadded >= 1.4x padded real tokens/s on the mixed batch
 TARGET_VS_MODERNBERT = 1.47  # the paper: NeoBERT 46.7% faster than ModernBERT at 4096 tokens
 
@@ -55,7 +56,7 @@ def build_cases(
     tokens_per_batch: int,
     max_length: int,
     seed: int,
-    mixed_range: tuple[int, int] = MIXED_RANGE,
+    mixed_range: tuple[int, int] = EncodeBench.model_fields["mixed"].default,
 ) -> list[Case]:
     cases = [
         Case(f"fixed {n}", [n] * max(1, tokens_per_batch // n)) for n in fixed_lengths if n <= max_length
@@ -149,29 +150,25 @@ def auto_path(ids, mask, dtype: torch.dtype) -> str:
     )
 
 
-def run(
-    configs: list[str],
-    dtypes: list[str],
-    fixed_lengths: list[int] | None,
-    repeats: int,
-    threads: int,
-    device: str,
-    tokens_per_batch: int | None,
-    out_dir: Path,
-    compare: str | None = None,
-    mixed_range: tuple[int, int] = MIXED_RANGE,
-    progress=print,
-) -> dict:
-    torch.set_num_threads(threads)
-    lengths = fixed_lengths or (COMPARE_LENGTHS if compare else DEFAULT_LENGTHS)
+def run(settings: EncodeBench, progress=print) -> dict:
+    device = resolve_device(settings.device)
+    bf16_hardware = resolve_precision("auto", device).bf16_supported
+    dtypes = settings.dtypes
+    if dtypes == ("auto",):
+        dtypes = ("fp32", "bf16") if bf16_hardware else ("fp32",)
+    elif "bf16" in dtypes and not bf16_hardware:
+        progress(f"note: bf16 has no matrix units on this {device}; torch emulates it, far slower than fp32")
+    repeats, compare, tokens_per_batch = settings.repeats, settings.compare, settings.tokens_per_batch
+    torch.set_num_threads(settings.threads)
+    lengths = list(settings.lengths) or (COMPARE_LENGTHS if compare else DEFAULT_LENGTHS)
     rows, attention = [], {}
-    for config_name in configs:
+    for config_name in settings.configs:
         model = NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
         twin = build_modernbert(config_name, device) if compare else None
         budget = tokens_per_batch or (
             GPU_TOKENS_PER_BATCH if device.startswith("cuda") else DEFAULT_TOKENS_PER_BATCH[config_name]
         )
-        cases = build_cases(lengths, budget, model.config.max_length, seed=0, mixed_range=mixed_range)
+        cases = build_cases(lengths, budget, model.config.max_length, seed=0, mixed_range=settings.mixed)
         for dtype_name in dtypes:
             dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
             model.to(dtype)
@@ -212,8 +209,8 @@ def run(
                     rows.append(row)
                     progress(f"{config_name} {case.name} {dtype_name}: {line} tok/s")
         del model, twin
-    settings = dict(repeats=repeats, threads=threads, device=_device_name(device), compare=compare)
-    return _report(rows, out_dir, attention, **settings)
+    described = dict(repeats=repeats, threads=settings.threads, device=_device_name(device), compare=compare)
+    return _report(rows, settings.out, attention, **described)
 
 
 def _paths_row(model, ids, mask, seconds: dict) -> dict:

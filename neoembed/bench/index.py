@@ -19,6 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import IndexBench
 from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index.factory import choose_factory, ivf_lists, pq_subquantizers
 from neoembed.index.train import train_and_add
@@ -129,10 +130,17 @@ def _verdict(rows: list[dict], target: float, threads: int) -> tuple[bool, str]:
     )
 
 
-def run(*, n: int, dim: int, queries: int, target: float, threads: int, wordnet_index: Path | None, model: str,
-        out_dir: Path) -> dict:  # fmt: skip
-    """Bench the synthetic set (skipped when n is 0) and the WordNet set (skipped when wordnet_index is None)."""
-    threads = set_threads(threads)
+def run(settings: IndexBench) -> dict:
+    """Bench the synthetic set (skipped when n is 0) and the WordNet set (skipped without --wordnet)."""
+    n, dim, queries, target, model = (
+        settings.n,
+        settings.dim,
+        settings.queries,
+        settings.target_recall,
+        settings.model,
+    )
+    wordnet_index = settings.wordnet_index if settings.wordnet else None
+    threads = set_threads(settings.threads)
     import torch
 
     torch.set_num_threads(threads)
@@ -160,5 +168,5 @@ def run(*, n: int, dim: int, queries: int, target: float, threads: int, wordnet_
         "threads": threads,
         "queries": queries,
     }
-    json_path, md_path = write_report(out_dir, "index", payload, f"{table}\n\n{summary}")
+    json_path, md_path = write_report(settings.out, "index", payload, f"{table}\n\n{summary}")
     return {"table": table, "summary": summary, "json": json_path, "markdown": md_path}

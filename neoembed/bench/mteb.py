@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import torch
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import MtebBench
 
 TARGET_OVERHEAD = 0.10
 
@@ -47,12 +47,13 @@ class _RecordingEncoder:
         del self.model.encode  # back to the class method
 
 
-def run(model_name: str, batch_size: int, repeats: int, threads: int, out_dir: Path) -> dict:
+def run(bench: MtebBench) -> dict:
     import mteb
 
     from neoembed.evaluation.local_tasks import LOCAL_TASKS, heldout_synsets
     from neoembed.evaluation.models import EvalSettings, load_model, resolve_model
 
+    model_name, batch_size, repeats, threads = bench.model, bench.batch_size, bench.repeats, bench.threads
     torch.set_num_threads(threads)
     settings = EvalSettings(batch_size=batch_size)
     wrapper = load_model(resolve_model(model_name, settings), settings)
@@ -140,5 +141,5 @@ def run(model_name: str, batch_size: int, repeats: int, threads: int, out_dir: P
         "target_overhead": TARGET_OVERHEAD,
     }
     markdown = f"# bench mteb\n\n{table}\n\n{summary}\n"
-    json_path, md_path = write_report(out_dir, "mteb", payload, markdown)
+    json_path, md_path = write_report(bench.out, "mteb", payload, markdown)
     return {"table": table, "summary": summary, "json": json_path, "markdown": md_path, "rows": rows}

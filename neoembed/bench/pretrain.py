@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 
 import datasets
 import numpy as np
 import torch
 
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import PretrainBench, resolve_device
 from neoembed.precision import resolve_precision
 from neoembed.pretrain import NeoBERTConfig, NeoBERTForMaskedLM
 from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
@@ -106,21 +106,15 @@ def time_steps(model, optimizer, batches: list[dict], warmup: int, autocast, dev
     return time.perf_counter() - start
 
 
-def run(
-    config_name: str,
-    max_length: int,
-    token_budget: int | None,
-    steps: int,
-    threads: int,
-    peak_tflops: float | None,
-    out_dir: Path,
-    *,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    compile: bool = False,
-    warmup_steps: int = 1,
-    progress=print,
-) -> dict:
+def run(bench: PretrainBench, progress=print) -> dict:
+    config_name, max_length, steps, threads = bench.config, bench.max_length, bench.steps, bench.threads
+    token_budget, peak_tflops = bench.token_budget or None, bench.peak_tflops or None
+    device, dtype, compile, warmup_steps = (
+        resolve_device(bench.device),
+        bench.dtype,
+        bench.compile,
+        bench.warmup_steps,
+    )
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     device_type = torch.device(device).type
@@ -227,7 +221,7 @@ def run(
         "loss_gap": loss_gap,
         "verdicts": verdicts,
     }
-    json_path, md_path = write_report(out_dir, "pretrain", payload, markdown)
+    json_path, md_path = write_report(bench.out, "pretrain", payload, markdown)
     return {**payload, "table": markdown, "json": str(json_path), "markdown": str(md_path)}
 
 

@@ -5,7 +5,9 @@ The same texts (WordNet glosses) are embedded two ways, alternating for `repeats
 hits both alike: directly with `SentenceTransformer.encode` in this process (batch size 32, its default,
 which the ratio refers to, and larger batch sizes, which show what batching itself is worth here), and
 through `neoembed serve` in a subprocess, by `clients` concurrent clients each posting requests of
-`texts_per_request` texts (base64, as the openai client asks) while one more client polls /health. The best
+`texts_per_request` texts (base64, as the openai client asks) while one more client polls /health. The
+clients are `load.drive`: request bytes built before the clock starts, one keep-alive connection each, so
+the load generator takes little of the CPU the server is measured on. The best
 round of each side is compared; request latency percentiles come from the best server round, /health
 percentiles from every server round. The server runs in its own processes so clients and server do not
 share one interpreter lock, as in deployment; both sides use the same number of torch threads and fp32.
@@ -31,7 +33,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from neoembed.bench import load
 from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.settings import ServeBench
 from neoembed.runs import append_jsonl
 
 TARGET_RATIO = 0.9  # server throughput over direct encode at batch 32
@@ -67,7 +71,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_server(model: str, threads: int, log_path: Path) -> tuple[subprocess.Popen, str]:
+def _start_server(model: str, threads: int, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     command = [sys.executable, "-c", "from neoembed.cli import main; main()", "serve", "--model", model]
     command += ["--port", str(port), "--threads", str(threads), "--truncate", "--log-level", "warning"]
@@ -80,7 +84,7 @@ def _start_server(model: str, threads: int, log_path: Path) -> tuple[subprocess.
             raise RuntimeError(f"the server exited with status {process.returncode}; see {log_path}")
         try:
             if httpx.get(f"{base}/health").status_code == 200:
-                return process, base
+                return process, port
         except httpx.TransportError:
             pass
         time.sleep(0.25)
@@ -97,29 +101,10 @@ def _probe_health(base: str, latencies: list[float], done: threading.Event) -> N
             time.sleep(0.02)
 
 
-async def _drive(base: str, requests: list[list[str]], clients: int) -> tuple[float, list[float]]:
-    """Send every request through `clients` concurrent connections; wall time and per-request latencies."""
-    pending = list(reversed(range(len(requests))))
-    latencies: list[float] = []
-    bar = tqdm(total=len(requests), unit="req", desc="server", leave=False)
-
-    async def client_loop(client: httpx.AsyncClient) -> None:
-        while pending:
-            texts = requests[pending.pop()]
-            started = time.perf_counter()
-            body = {"input": texts, "model": "bench", "encoding_format": "base64"}
-            response = await client.post(f"{base}/v1/embeddings", json=body)
-            response.raise_for_status()
-            latencies.append(time.perf_counter() - started)
-            bar.update()
-
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        started = time.perf_counter()
-        await asyncio.gather(*(client_loop(client) for _ in range(clients)))
-        wall = time.perf_counter() - started
-    bar.close()
-    return wall, latencies
+def _drive(port: int, requests: list[bytes], clients: int) -> tuple[float, list[float]]:
+    """Every request through `clients` keep-alive connections (`load.drive`); wall time and latencies."""
+    with tqdm(total=len(requests), unit="req", desc="server", leave=False) as bar:
+        return asyncio.run(load.drive("127.0.0.1", port, requests, clients, on_response=bar.update))
 
 
 def _milliseconds(latencies: list[float], q: float) -> float:
@@ -142,7 +127,6 @@ def bench_model(
     """Direct encode vs the server for `model` (named `label` in the report): table rows and figures."""
     from neoembed.embedder import load_embedder
 
-    requests = [inputs[i : i + texts_per_request] for i in range(0, len(inputs), texts_per_request)]
     embedder = load_embedder(model)
     # The server truncates as encode does (--truncate), so both sides embed the same tokens.
     tokens = sum(
@@ -152,11 +136,17 @@ def bench_model(
         ]
     )
     embedder.encode(inputs[:64])  # warm-up
-    server, base = _start_server(model, threads, out_dir / f"server-{label}.log")
+    server, port = _start_server(model, threads, out_dir / f"server-{label}.log")
+    base = f"http://127.0.0.1:{port}"
+    requests = [
+        load.post("127.0.0.1", port, "/v1/embeddings", {"input": inputs[i : i + texts_per_request],
+                  "model": "bench", "encoding_format": "base64"})
+        for i in range(0, len(inputs), texts_per_request)
+    ]  # fmt: skip
     direct_s: dict[int, list[float]] = {size: [] for size in direct_batch_sizes}
     served, health = [], []
     try:
-        asyncio.run(_drive(base, requests[: 2 * clients], clients))  # warm-up: connections, first batches
+        _drive(port, requests[: 2 * clients], clients)  # warm-up: connections, first batches
         for round_ in range(repeats):
             for size in direct_batch_sizes:
                 started = time.perf_counter()
@@ -168,7 +158,7 @@ def bench_model(
             poller = threading.Thread(target=_probe_health, args=(base, health, done))
             poller.start()
             try:
-                wall, latencies = asyncio.run(_drive(base, requests, clients))
+                wall, latencies = _drive(port, requests, clients)
             finally:
                 done.set()
                 poller.join()
@@ -217,18 +207,12 @@ def bench_model(
     }
 
 
-def run(
-    *,
-    models: list[str],
-    texts: int,
-    texts_per_request: int,
-    clients: int,
-    repeats: int,
-    threads: int,
-    out_dir: Path,
-    direct_batch_sizes: tuple[int, ...] = (32, 256),
-) -> dict:
+def run(settings: ServeBench) -> dict:
     from neoembed.data.wordnet import load_synsets
+
+    models, texts, texts_per_request = settings.models, settings.texts, settings.texts_per_request
+    clients, repeats, threads, out_dir = settings.clients, settings.repeats, settings.threads, settings.out
+    direct_batch_sizes = settings.direct_batch_sizes
 
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "serve_log.jsonl"
@@ -261,8 +245,8 @@ def run(
         f"{r['health_p95_ms']:.0f} ms over {r['health_probes']} probes (target {HEALTH_TARGET_MS:.0f})"
         for r in results
     )
-    settings = {
-        "models": models,
+    described = {
+        "models": list(models),
         "texts": len(inputs),
         "texts_per_request": texts_per_request,
         "clients": clients,
@@ -278,7 +262,7 @@ def run(
         f"{summary}\n"
     )
     payload = {
-        "settings": settings,
+        "settings": described,
         "rows": rows,
         "results": [{k: v for k, v in r.items() if k != "rows"} for r in results],
     }

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from neoembed.cli.options import Flag, recipe_options
 from neoembed.evaluation.glue.settings import GlueSettings
+from neoembed.recipes import split_commas
 
 console = Console()
 
@@ -77,7 +78,7 @@ def glue(
         import torch
 
         torch.set_num_threads(threads)
-    tasks = select_tasks([n for item in task or [] for n in item.split(",")], settings.tasks)
+    tasks = select_tasks(split_commas(task or []), settings.tasks)
     dump_recipe(settings, output / "recipe.yaml")
     results = run_glue(
         model,

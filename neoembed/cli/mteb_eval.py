@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from neoembed.cli.options import options_from
+from neoembed.cli.options import Flag, options_from
 from neoembed.errors import InputError
 from neoembed.evaluation.models import EvalSettings
+from neoembed.evaluation.settings import MtebEvalSettings
 
 console = Console()
 
 
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
-
-
-def _read_prompts(prompts_file: Path | None, prompt: list[str] | None) -> dict[str, str]:
+def _read_prompts(prompts_file: Path | None, prompt: tuple[str, ...]) -> dict[str, str]:
     """Prompts from a JSON/YAML mapping file, then `KEY=TEXT` flags (which win)."""
     prompts: dict[str, str] = {}
     if prompts_file is not None:
@@ -37,7 +33,7 @@ def _read_prompts(prompts_file: Path | None, prompt: list[str] | None) -> dict[s
                 param="--prompts",
             )
         prompts.update({str(k): v for k, v in loaded.items()})
-    for item in prompt or []:
+    for item in prompt:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise InputError(f"--prompt: expected KEY=TEXT, got {item!r}", param="--prompt")
@@ -71,79 +67,42 @@ def _print_summary(report, out_dir: Path) -> None:
         console.print(f"hint: {hint}", markup=False)
 
 
-@options_from(EvalSettings, exclude=("prompts",))
-def mteb_eval(
-    settings: EvalSettings,
-    model: Annotated[
-        list[str],
-        typer.Option(
-            "--model",
-            "-m",
-            help="Repeatable. A sentence-transformers dir or hub id, 'minilm', a transformers encoder dir "
-            "or hub id (pooled per --pooling), or 'bm25'.",
-        ),
+@options_from(
+    MtebEvalSettings,
+    flags=[
+        Flag("models", ("--model", "-m")),
+        Flag("tasks", ("--tasks", "-t")),
+        Flag("benchmark", ("--benchmark", "-b")),
+        Flag("output", ("--output", "-o")),
+        Flag("prompts_file", ("--prompts",)),
     ],
-    tasks: Annotated[
-        list[str] | None,
-        typer.Option("--tasks", "-t", help="Comma-separated task names (local WordNet tasks or mteb tasks)."),
-    ] = None,
-    benchmark: Annotated[
-        str | None,
-        typer.Option(
-            "--benchmark",
-            "-b",
-            help="An mteb benchmark: 'MTEB(eng, v2)' (current English leaderboard), 'MTEB(eng, v1)' (the "
-            "NeoBERT paper's), ... or 'neoembed-local'.",
-        ),
-    ] = None,
-    task_types: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--task-types",
-            help="Comma-separated types (Retrieval,STS,...): filters the selection (alone: MTEB(eng, v2)).",
-        ),
-    ] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Results cache and summaries.")] = Path(
-        "runs/mteb"
-    ),
-    prompts_file: Annotated[
-        Path | None, typer.Option("--prompts", help="JSON/YAML file: prompt key -> prompt text.")
-    ] = None,
-    prompt: Annotated[
-        list[str] | None, typer.Option("--prompt", help="Repeatable KEY=TEXT prompt (none by default).")
-    ] = None,
-    datasets_dir: Annotated[
-        Path | None,
-        typer.Option(help="Local copies of mteb datasets as DIR/<org>/<name> (e.g. DIR/mteb/sts12-sts)."),
-    ] = None,
-    device: Annotated[
-        str | None, typer.Option(help="Torch device (default: sentence-transformers' choice).")
-    ] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's).")] = None,
-) -> None:
+    exclude=("protocol.prompts",),
+)
+def mteb_eval(settings: MtebEvalSettings) -> None:
     """Evaluate models on MTEB tasks under one protocol; cached per model and task, resumable."""
     from neoembed.evaluation.runner import resolve_models, run_evaluation
     from neoembed.evaluation.tasks import select_tasks, use_local_datasets
 
-    if threads:
+    if settings.threads:
         import torch
 
-        torch.set_num_threads(threads)
-    selected = select_tasks(_split(tasks), benchmark, _split(task_types))
+        torch.set_num_threads(settings.threads)
+    selected = select_tasks(settings.tasks, settings.benchmark, settings.task_types)
+    datasets_dir, output = settings.datasets_dir, settings.output
     if datasets_dir is not None:
         if not datasets_dir.is_dir():
             raise InputError(f"--datasets-dir: {datasets_dir} is not a directory", param="--datasets-dir")
         local = use_local_datasets(selected, datasets_dir)
         console.print(f"local dataset copies for: {', '.join(local) or 'no selected task'}", markup=False)
-    prompts = _read_prompts(prompts_file, prompt)
+    prompts = _read_prompts(settings.prompts_file, settings.prompt)
     _validate_prompt_keys(prompts, selected)
-    settings = EvalSettings.model_validate({**settings.model_dump(), "prompts": prompts})
-    specs = resolve_models(model, settings)
+    protocol = EvalSettings.model_validate({**settings.protocol.model_dump(), "prompts": prompts})
+    specs = resolve_models(settings.models, protocol)
     console.print(
-        f"{len(specs)} model(s) x {len(selected)} task(s); settings: {json.dumps(settings.model_dump())}",
+        f"{len(specs)} model(s) x {len(selected)} task(s); settings: {json.dumps(protocol.model_dump())}",
         markup=False,
     )
-    report = run_evaluation(specs, selected, settings, output, device=device)
+    report = run_evaluation(specs, selected, protocol, output, device=settings.device)
     _print_summary(report, output)
     if report.failed:
         raise typer.Exit(code=1)

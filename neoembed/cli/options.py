@@ -130,13 +130,17 @@ def recipe_options(
 def validate_options(settings_cls: type[BaseModel], data: dict, flags: typing.Sequence[Flag]) -> BaseModel:
     """`settings_cls` from option values; a validation error names the flag of each bad field."""
     option_of = {tuple(flag.field.split(".")): flag.option for flag in flags}
+
+    def flag_of(loc: tuple) -> str | None:
+        # An item of a list field is located by its index too: ("direct_batch_sizes", 1).
+        return next((option_of[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in option_of), None)
+
     try:
         return settings_cls.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]["loc"]
         raise InputError(
-            describe_validation_error(err, label=lambda loc: option_of.get(tuple(loc))),
-            param=option_of.get(tuple(first)),
+            describe_validation_error(err, label=lambda loc: flag_of(tuple(loc))), param=flag_of(tuple(first))
         ) from None
 
 
@@ -160,6 +164,8 @@ def _wrap(command, options: list[inspect.Parameter], build) -> typing.Callable:
 def _option(flag: Flag, field: FieldInfo, default: Any = None) -> inspect.Parameter:
     """The typer parameter for one field: its type, help (docstring and bounds) and default."""
     cli_type = _cli_type(field.annotation)
+    if isinstance(default, str) and typing.get_origin(cli_type) is list:
+        cli_type = str  # a list the settings serialise as one comma-separated value (`comma_separated`)
     help_text = " ".join(
         part for part in (field.description, _choices_text(field), _bounds_text(field)) if part
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoembed.embedder import EmbedderError, load_embedder, position_limit, resolve_model_name
+from neoembed.embedder import EmbedderError, load_embedder, resolve_model_name, set_max_seq_length
 from neoembed.errors import InputError
 
 
@@ -64,10 +64,5 @@ def build_model(base: str, pooling: str, max_length: int, trust_remote_code: boo
         raise BaseModelError(f"model.base {base!r} cannot be loaded: {err}") from err
     config = model[0].auto_model.config
     check_encoder(config, base)
-    limit = position_limit(model)
-    if limit is not None and max_length > limit:
-        raise BaseModelError(
-            f"model.max_length {max_length} exceeds what {base!r} supports ({limit} positions); lower it"
-        )
-    model.max_seq_length = max_length
+    set_max_seq_length(model, max_length, name=base, what="model.max_length", error=BaseModelError)
     return model

@@ -42,7 +42,7 @@ from neoembed.data.stats import render_markdown, size_warnings
 from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
-from neoembed.recipes import StrictSettings
+from neoembed.recipes import StrictSettings, split_commas
 from neoembed.runs import append_jsonl, write_json, write_parquet, write_text
 
 RECORD_SCHEMA = pa.schema(
@@ -117,11 +117,8 @@ class BuildConfig(StrictSettings):
     @field_validator("sources", mode="before")
     @classmethod
     def _source_list(cls, value):
-        if value is None:
-            return None
-        items = [value] if isinstance(value, str) else value
-        names = tuple(name.strip() for item in items for name in item.split(",") if name.strip())
-        return None if names == ("all",) else names
+        names = split_commas(value)
+        return None if names == ["all"] else names
 
     @field_validator("max_rows", mode="before")
     @classmethod

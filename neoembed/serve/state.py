@@ -84,7 +84,8 @@ def build_state(settings: ServeSettings) -> ServerState:
     backend = InferenceProcess(settings, fingerprint=settings.index is not None)
     try:
         model = backend.info
-        budget = settings.max_batch_tokens or max(DEFAULT_BATCH_TOKENS, model.max_length)
+        default = DEFAULT_BATCH_TOKENS["cpu" if model.device == "cpu" else "cuda"]
+        budget = settings.max_batch_tokens or max(default, model.max_length)
         if budget < model.max_length:
             raise InputError(
                 f"--max-batch-tokens ({budget}) must be at least the max input length ({model.max_length} "

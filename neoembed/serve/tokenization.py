@@ -13,6 +13,7 @@ framing, so they are refused instead of being embedded as some other text.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from neoembed.serve.errors import InvalidInput
@@ -40,6 +41,10 @@ class Prepared:
 
 class RequestTokenizer:
     def __init__(self, tokenizer, *, max_length: int, prompt: str | None = None) -> None:
+        # Requests are already tokenized side by side on request threads. The Rust tokenizer's own rayon
+        # pool would add a thread per core that spins after each batch, CPU taken from the inference process
+        # on a small machine. The library reads this variable on each call; it has no per-tokenizer switch.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self._tokenizer = tokenizer.backend_tokenizer
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()

@@ -1,0 +1,39 @@
+"""`neoembed mteb-eval`'s settings: which models and tasks to run, where, and under which protocol
+(`EvalSettings`); the command's options are generated from these fields (`neoembed.cli.options`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ConfigDict, Field
+
+from neoembed.evaluation.models import EvalSettings
+from neoembed.recipes import StrictSettings, comma_separated
+
+
+class MtebEvalSettings(StrictSettings):
+    model_config = ConfigDict(frozen=True)
+
+    models: tuple[str, ...] = Field((), min_length=1)
+    """Repeatable. A sentence-transformers dir or hub id, 'minilm', a transformers encoder dir or hub id
+    (pooled per --pooling), or 'bm25'."""
+    tasks: comma_separated(tuple[str, ...]) = ()
+    """Comma-separated task names (local WordNet tasks or mteb tasks)."""
+    benchmark: str | None = None
+    """An mteb benchmark: 'MTEB(eng, v2)' (current English leaderboard), 'MTEB(eng, v1)' (the NeoBERT paper's),
+    ... or 'neoembed-local'."""
+    task_types: comma_separated(tuple[str, ...]) = ()
+    """Comma-separated types (Retrieval,STS,...): filters the selection (alone: MTEB(eng, v2))."""
+    output: Path = Path("runs/mteb")
+    """Results cache and summaries."""
+    prompts_file: Path | None = None
+    """JSON/YAML file: prompt key -> prompt text."""
+    prompt: tuple[str, ...] = ()
+    """Repeatable KEY=TEXT prompt (none by default)."""
+    datasets_dir: Path | None = None
+    """Local copies of mteb datasets as DIR/<org>/<name> (e.g. DIR/mteb/sts12-sts)."""
+    device: str | None = None
+    """Torch device (default: sentence-transformers' choice)."""
+    threads: int | None = Field(None, ge=1)
+    """torch CPU threads (default: torch's)."""
+    protocol: EvalSettings = EvalSettings()
