@@ -14,7 +14,9 @@ def test_bench_build_data_measures_each_stage_and_projects_the_full_build(tmp_pa
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "build-data.json").read_text())
     long = next(s for s in report["sources"] if s["source"] != "synthetic")
-    assert long["truncated"] > 0 and long["too_long"] == 0, "long texts are cut to the token budget, not dropped"
+    assert long["truncated"] > 0 and long["too_long"] == 0, (
+        "long texts are cut to the token budget, not dropped"
+    )
     assert report["encode"]["tokens_per_cpu_s"] > 0 and report["search"]["gflop_per_cpu_s"] > 0
     assert [row["where"] for row in report["projection"]] == ["CPU (CPU-hours)", "one H100 (assumed rates)"]
     assert all(row["total_h"] > 0 for row in report["projection"])
