@@ -170,6 +170,10 @@ class ServeBench(BenchSettings):
         (32, 256), min_length=1
     )
     """encode batch sizes to time; the first (32, encode's default) is the ratio's baseline."""
+    health_requests: int = Field(600, ge=1)
+    """Requests of the health round, in which one more client polls /health every 20 ms."""
+    health_clients: int = Field(24, ge=1)
+    """Concurrent clients of the health round."""
     out: Path = Path("runs/bench/serve")
     """Directory for serve.json, serve.md and logs."""
 
