@@ -104,7 +104,8 @@ def test_repository_manifests_state_licence_sources_pins_and_counts():
     assert "CC BY-SA 3.0" in manifests["fever"].licence_source  # both sides of the conflict are named
     assert manifests["fever"].revision == "bea83ef9e8fb933d90a2f1d5515737465d613e12"
     assert manifests["msmarco"].revision == "c5a29a104738b98a9e76336939199e264163d4a0"
-    assert manifests["allnli"].revision is None and manifests["allnli"].expected_rows == 557_850
+    assert manifests["allnli"].revision == "cc6c526380e29912b5c6fa03682da4daf773c013"
+    assert manifests["allnli"].expected_rows == 557_850  # the triplet split at that revision
     counts = {name: m.expected_rows for name, m in manifests.items()}
     assert (
         counts
