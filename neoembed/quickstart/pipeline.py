@@ -60,9 +60,9 @@ class Sizes:
     eval_queries: int | None = None
     eval_corpus: int | None = None
     tasks: tuple[str, ...] = LOCAL_TASKS
-    # The tiny CPU-pretrained NeoBERT knows too little English to search well, so the index uses the
-    # fine-tuned MiniLM; 20k glosses (those searched among them) keep its embedding to about a minute.
-    index_documents: int | None = 20_000  # None: every WordNet gloss
+    # The index uses the run's best embedder, the fine-tuned MiniLM; 10k glosses (those searched among them)
+    # keep its embedding to under a minute.
+    index_documents: int | None = 10_000  # None: every WordNet gloss
     index_model: str = "minilm-embed"
     tune_queries: int = 1000
 
