@@ -364,23 +364,23 @@ def run(settings: BuildDataBench) -> dict:
 
     from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
 
-    out_dir, threads, batch_size = settings.out, settings.threads, settings.batch_size
-    torch.set_num_threads(threads)
-    faiss.omp_set_num_threads(threads)
-    work = out_dir / "work"
+    torch.set_num_threads(settings.threads)
+    faiss.omp_set_num_threads(settings.threads)
+    work = settings.out / "work"
     shutil.rmtree(work, ignore_errors=True)
     load_before = os.getloadavg()
-    rows, texts, pool, mining_rows = (
-        settings.rows,
-        settings.encode_texts,
-        settings.search_pool,
-        settings.mining_rows,
-    )
-    sources, stage = bench_normalise(rows, settings.long_rows, work / "normalise") if rows else ([], None)
-    encode = bench_encode(texts, batch_size) if texts else None
-    search = bench_search(pool, settings.search_queries, work / "search") if pool else None
-    dtypes = list(settings.dtypes)
-    mining = bench_mining(mining_rows, dtypes, batch_size, work / "mining") if mining_rows else []
+    sources, stage = ([], None)
+    if settings.rows:
+        sources, stage = bench_normalise(settings.rows, settings.long_rows, work / "normalise")
+    encode = bench_encode(settings.encode_texts, settings.batch_size) if settings.encode_texts else None
+    search = None
+    if settings.search_pool:
+        search = bench_search(settings.search_pool, settings.search_queries, work / "search")
+    mining = []
+    if settings.mining_rows:
+        mining = bench_mining(
+            settings.mining_rows, list(settings.dtypes), settings.batch_size, work / "mining"
+        )
     load_after = os.getloadavg()
     if not settings.keep:
         shutil.rmtree(work, ignore_errors=True)
@@ -388,7 +388,7 @@ def run(settings: BuildDataBench) -> dict:
     lines = [
         "# build-data benchmark",
         "",
-        f"Threads {threads}; 1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
+        f"Threads {settings.threads}; 1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
         f"(on {os.cpu_count()} CPUs).",
     ]
     if stage:
@@ -449,35 +449,30 @@ def run(settings: BuildDataBench) -> dict:
     projection = []
     if stage and encode and search:
         synthetic = next(s for s in sources if s["source"] == "synthetic")
-        project_pairs, gpu_tokens_per_s, gpu_gflop_per_s = (
-            settings.project_pairs,
-            settings.gpu_tokens_per_s,
-            settings.gpu_gflop_per_s,
-        )
         projection = project(
-            project_pairs,
+            settings.project_pairs,
             search["pool"],
             synthetic["cpu_s"] / synthetic["rows"],
             stage["write_rows_per_cpu_s"],
             encode,
             search,
-            gpu_tokens_per_s,
-            gpu_gflop_per_s,
+            settings.gpu_tokens_per_s,
+            settings.gpu_gflop_per_s,
         )
         lines += [
             "",
-            f"## Projection: {project_pairs:,} pairs, all mined, parts of {search['pool']:,} rows",
+            f"## Projection: {settings.project_pairs:,} pairs, all mined, parts of {search['pool']:,} rows",
             "",
             markdown_table(projection, ["where", "stage1_h", "write_h", "encode_h", "search_h", "total_h"]),
             "",
             f"Stage 1 and writing stay on the CPU (stage 1 from its measured CPU seconds per short row). The H100 "
-            f"row assumes {gpu_tokens_per_s:,.0f} teacher tokens/s and {gpu_gflop_per_s:,.0f} GFLOP/s for the "
-            "flat search: assumptions, not measurements.",
+            f"row assumes {settings.gpu_tokens_per_s:,.0f} teacher tokens/s and {settings.gpu_gflop_per_s:,.0f} "
+            "GFLOP/s for the flat search: assumptions, not measurements.",
         ]
     if mining:
         lines += [
             "",
-            f"## Hard-negative mining on {mining_rows:,} WordNet rows (teacher: packaged all-MiniLM-L6-v2)",
+            f"## Hard-negative mining on {settings.mining_rows:,} WordNet rows (teacher: packaged all-MiniLM-L6-v2)",
             "",
             markdown_table(
                 mining,
@@ -510,5 +505,5 @@ def run(settings: BuildDataBench) -> dict:
         "mining": mining,
         "load_average": [load_before, load_after],
     }
-    json_path, md_path = write_report(out_dir, "build-data", payload, markdown)
+    json_path, md_path = write_report(settings.out, "build-data", payload, markdown)
     return {"table": markdown, "json": json_path, "markdown": md_path}
