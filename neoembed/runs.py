@@ -226,16 +226,13 @@ def train_or_restore(trainer, checkpoint: str | None) -> None:
     """Train from `checkpoint` (or from scratch), or, when that checkpoint already reached max_steps, only
     load its weights and state: the Trainer would otherwise run one step past max_steps on resume, so
     re-running a finished run would export a different model."""
-    if checkpoint is not None and 0 < trainer.args.max_steps <= checkpoint_step(checkpoint):
-        trainer._load_from_checkpoint(checkpoint)
-        trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
-        return
+    if checkpoint is not None:
+        state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+        if 0 < trainer.args.max_steps <= state.global_step:
+            trainer._load_from_checkpoint(checkpoint)
+            trainer.state = state
+            return
     trainer.train(resume_from_checkpoint=checkpoint)
-
-
-def checkpoint_step(checkpoint: str) -> int:
-    """The optimiser step a complete checkpoint was saved at."""
-    return json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
 
 
 def release_process_group() -> None:
