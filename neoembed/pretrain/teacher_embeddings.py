@@ -37,10 +37,10 @@ def teacher_token_embeddings(teacher: str, tokenizer, width: int) -> Tensor:
     vectors = []
     with torch.inference_mode():
         for start in range(0, len(tokenizer), BATCH):
-            ids = torch.arange(start, min(start + BATCH, len(tokenizer)))
+            ids = torch.arange(start, min(start + BATCH, len(tokenizer)), device=model.device)
             input_ids = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
             features = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-            vectors.append(model(features)["sentence_embedding"].float())
+            vectors.append(model(features)["sentence_embedding"].float().cpu())  # the student is built on CPU
     embeddings = torch.cat(vectors)
     centred = embeddings - embeddings.mean(dim=0)
     _, _, components = torch.linalg.svd(centred, full_matrices=False)
