@@ -1,5 +1,5 @@
 """`neoembed bench serve`: the HTTP server's throughput under concurrent clients vs `model.encode` in-process,
-and how fast /health answers meanwhile, for each model given (by default all-MiniLM-L6-v2 and a NeoBERT).
+and how fast /health answers under a load of its own, for each model given (by default all-MiniLM-L6-v2 and a NeoBERT).
 
 The same texts (WordNet glosses) are embedded two ways, alternating for `repeats` rounds so machine noise
 hits both alike: directly with `SentenceTransformer.encode` in this process (batch size 32, its default,

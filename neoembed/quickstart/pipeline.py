@@ -117,7 +117,9 @@ class Quickstart:
                 self.fine_tune_neobert,
             ),
             self._step(
-                "minilm-embed", "fine-tune all-MiniLM-L6-v2 with the same recipe", self.fine_tune_minilm
+                "minilm-embed",
+                "fine-tune all-MiniLM-L6-v2 with the contrastive-cpu recipe",
+                self.fine_tune_minilm,
             ),
             self._step(
                 "evaluate",

@@ -66,7 +66,8 @@ def _sections(results: dict) -> list[tuple[str, list[str]]]:
         (
             "neobert-embed",
             [
-                "Both fine-tuned with the same recipe (`contrastive-cpu`); scored before and after on "
+                "Both fine-tuned from the `contrastive-cpu` recipe (the NeoBERT with a larger step and batch, "
+                "plus distillation from all-MiniLM-L6-v2); scored before and after on "
                 "held-out WordNet example sentence -> definition retrieval and on FOLDOC term -> definition, "
                 "a source the training data never came from:",
                 "",
