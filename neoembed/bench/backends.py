@@ -1,17 +1,25 @@
-"""`neoembed bench encode --backends ...`: one embedder on each inference backend, on the same texts.
+"""Inference backends of one embedder, side by side: `neoembed bench encode --backends ...` times them
+in-process, and `bench serve --backends ...` serves each (see `bench.serve`).
 
 Backends: torch-fp32 (the reference), torch-bf16 (skipped, with the reason, where bf16 has no hardware: torch
 then emulates it, far slower than fp32), onnx-fp32 and onnx-int8 (ONNX Runtime on an export written by
-`neoembed.onnx_backend`, made once under the output directory). Each backend encodes the texts in fixed-size
-batches; the passes are interleaved in rotating order so machine noise affects all alike. Per backend: texts/s,
-p50/p95 seconds per batch over all timed passes, the worst cosine to torch-fp32 over the texts, and recall@10
-of an exact (flat) FAISS search of the texts among themselves, against torch-fp32's neighbours.
+`neoembed.onnx_backend`, made once under the output directory).
+
+Fidelity is measured on a WordNet probe (`wordnet_probe`): the glosses and, as held-out queries, an example
+sentence of each synset that has one. Per backend: the worst cosine to torch-fp32 over all probe texts; the
+overlap of each gloss's 10 nearest glosses with torch-fp32's (an exact FAISS search, the strictest view: it
+moves whenever near-tied neighbours swap places); and retrieval recall@10 of the queries (is the gloss of the
+query's own synset in its top 10?), the quality a user of a search index sees, with its change from torch-fp32.
+
+`bench encode --backends` encodes the glosses in fixed-size batches, the passes interleaved in rotating order
+so machine noise affects all backends alike: texts/s and p50/p95 seconds per batch.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
@@ -22,16 +30,37 @@ from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import InferenceBackend
 
 BACKENDS = get_args(InferenceBackend)
+REFERENCE = "torch-fp32"
 ONNX_FILES = {"onnx-fp32": "model.onnx", "onnx-int8": "model_qint8.onnx"}
 K = 10
 
 
-def wordnet_glosses(n: int) -> list[str]:
-    """`n` WordNet documents ("lemmas: gloss") in the data's fixed sample order."""
+@dataclass(frozen=True)
+class Probe:
+    """WordNet documents ("lemmas: gloss") and held-out queries: an example sentence of each synset that has
+    one, whose relevant document is its own synset's (`gold[i]` indexes `documents`)."""
+
+    documents: list[str]
+    queries: list[str]
+    gold: np.ndarray
+
+    @property
+    def texts(self) -> list[str]:
+        return self.documents + self.queries
+
+
+def wordnet_probe(n: int) -> Probe:
+    """The first `n` synsets of the data's fixed sample order as a probe."""
     from neoembed.data.wordnet import load_synsets, sample_order
     from neoembed.index.corpus import wordnet_documents
 
-    return [doc.text for doc in wordnet_documents(sample_order(load_synsets())[:n])]
+    synsets = sample_order(load_synsets())[:n]
+    with_examples = [(i, s.examples[0]) for i, s in enumerate(synsets) if s.examples]
+    return Probe(
+        documents=[doc.text for doc in wordnet_documents(synsets)],
+        queries=[example for _, example in with_examples],
+        gold=np.array([i for i, _ in with_examples], dtype=np.int64),
+    )
 
 
 def skip_reason(backend: str) -> str | None:
@@ -42,42 +71,69 @@ def skip_reason(backend: str) -> str | None:
     return None
 
 
+def onnx_export(model_name: str, export_dir: Path) -> Path:
+    """`model_name` exported (fp32 and int8) under `export_dir`, once."""
+    from neoembed.onnx_backend import ONNX_DIR, export_onnx
+
+    if not (export_dir / ONNX_DIR / ONNX_FILES["onnx-int8"]).is_file():
+        export_onnx(model_name, export_dir, quantize="int8")
+    return export_dir
+
+
 def load_backends(model_name: str, backends: list[str], export_dir: Path, threads: int) -> dict:
     from neoembed.embedder import load_embedder
-    from neoembed.onnx_backend import ONNX_DIR, export_onnx, load_onnx_embedder
+    from neoembed.onnx_backend import load_onnx_embedder
 
     reference = load_embedder(model_name, device="cpu").eval()
-    models = {"torch-fp32": reference}
+    models = {REFERENCE: reference}
     if "torch-bf16" in backends:
         models["torch-bf16"] = copy.deepcopy(reference).to(torch.bfloat16)
-    if any(b.startswith("onnx") for b in backends):
-        if not (export_dir / ONNX_DIR / ONNX_FILES["onnx-int8"]).is_file():
-            export_onnx(model_name, export_dir, quantize="int8")
-        for backend in backends:
-            if backend in ONNX_FILES:
-                models[backend] = load_onnx_embedder(
-                    export_dir, file_name=ONNX_FILES[backend], threads=threads
-                )
+    for backend in backends:
+        if backend in ONNX_FILES:
+            models[backend] = load_onnx_embedder(
+                onnx_export(model_name, export_dir), file_name=ONNX_FILES[backend], threads=threads
+            )
     return models
 
 
-def _recall_at_k(reference: np.ndarray, candidate: np.ndarray) -> float:
-    """Mean overlap of each text's top-K neighbours among the texts (flat inner-product search)."""
+def _top_k(index_vectors: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
     import faiss
 
-    def neighbours(vectors):
-        index = faiss.IndexFlatIP(vectors.shape[1])
-        index.add(np.ascontiguousarray(vectors, dtype="float32"))
-        return index.search(np.ascontiguousarray(vectors, dtype="float32"), K)[1]
+    index = faiss.IndexFlatIP(index_vectors.shape[1])
+    index.add(np.ascontiguousarray(index_vectors, dtype="float32"))
+    return index.search(np.ascontiguousarray(query_vectors, dtype="float32"), K)[1]
 
-    want, got = neighbours(reference), neighbours(candidate)
-    return float(np.mean([len(set(w) & set(g)) / K for w, g in zip(want, got)]))
+
+def _normalised(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float64)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def retrieval_recall(probe: Probe, vectors: np.ndarray) -> float:
+    """Share of the probe's queries whose own synset's document is among their top K documents."""
+    documents, queries = vectors[: len(probe.documents)], vectors[len(probe.documents) :]
+    top = _top_k(documents, queries)
+    return float(np.mean([gold in row for gold, row in zip(probe.gold, top)]))
+
+
+def fidelity(probe: Probe, reference: np.ndarray, candidate: np.ndarray) -> dict:
+    """How far `candidate`'s vectors of `probe.texts` are from `reference`'s (both in probe order)."""
+    reference, candidate = _normalised(reference), _normalised(candidate)
+    n = len(probe.documents)
+    want, got = _top_k(reference[:n], reference[:n]), _top_k(candidate[:n], candidate[:n])
+    recall = retrieval_recall(probe, candidate)
+    return {
+        "worst cosine": float((reference * candidate).sum(1).min()),
+        f"neighbour overlap@{K}": float(np.mean([len(set(w) & set(g)) / K for w, g in zip(want, got)])),
+        f"recall@{K}": recall,
+        f"recall@{K} change": recall - retrieval_recall(probe, reference),
+    }
 
 
 def run(
     model_name: str,
     backends: list[str],
-    texts: list[str],
+    probe: Probe,
     batch_size: int,
     repeats: int,
     threads: int,
@@ -88,12 +144,13 @@ def run(
     skipped = {b: reason for b in backends if (reason := skip_reason(b))}
     timed = [b for b in backends if b not in skipped]
     models = load_backends(model_name, timed, out_dir / "export", threads)
+    texts = probe.documents
     batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
 
     def encode(backend, batch):
         return models[backend].encode(batch, batch_size=len(batch), normalize_embeddings=True)
 
-    vectors = {b: np.concatenate([encode(b, batch) for batch in batches]) for b in {*timed, "torch-fp32"}}
+    vectors = {b: encode(b, probe.texts) for b in {*timed, REFERENCE}}
     latencies = {b: [] for b in timed}
     for rep in range(repeats):
         for backend in timed[rep % len(timed) :] + timed[: rep % len(timed)]:
@@ -102,37 +159,40 @@ def run(
                 encode(backend, batch)
                 latencies[backend].append(time.perf_counter() - start)
             progress(f"pass {rep + 1}/{repeats} {backend}: {sum(latencies[backend][-len(batches) :]):.1f} s")
-    reference = vectors["torch-fp32"].astype(np.float64)
     rows = []
     for backend in backends:
         if backend in skipped:
             rows.append({"backend": backend, "skipped": skipped[backend]})
             continue
         seconds = np.array(latencies[backend])
-        got = vectors[backend].astype(np.float64)
         rows.append(
             {
                 "backend": backend,
                 "texts/s": len(texts) * repeats / seconds.sum(),
                 "p50 s/batch": float(np.percentile(seconds, 50)),
                 "p95 s/batch": float(np.percentile(seconds, 95)),
-                "worst cosine": float((reference * got).sum(1).min()),
-                f"recall@{K}": _recall_at_k(vectors["torch-fp32"], vectors[backend]),
+                **fidelity(probe, vectors[REFERENCE], vectors[backend]),
             }
         )
-    base = next((r["texts/s"] for r in rows if r["backend"] == "torch-fp32"), None)
+    base = next((r["texts/s"] for r in rows if r["backend"] == REFERENCE), None)
     for row in rows:
         if base and "texts/s" in row:
             row["vs torch-fp32"] = row["texts/s"] / base
     settings = dict(
-        model=model_name, texts=len(texts), batch_size=batch_size, repeats=repeats, threads=threads
+        model=model_name,
+        texts=len(texts),
+        queries=len(probe.queries),
+        batch_size=batch_size,
+        repeats=repeats,
+        threads=threads,
     )
     columns = list(dict.fromkeys(c for r in rows for c in r if c != "skipped"))
     markdown = "\n\n".join(
         [
             "# neoembed bench encode --backends",
-            f"Settings: {settings}. texts/s and latency over {repeats} interleaved passes; worst cosine and "
-            f"recall@{K} (exact search of the texts among themselves) against torch-fp32.",
+            f"Settings: {settings}. texts/s and latency over {repeats} interleaved passes over the glosses. "
+            f"Against torch-fp32: the worst cosine over glosses and queries, the overlap of each gloss's "
+            f"{K} nearest glosses, and retrieval recall@{K} of the example-sentence queries with its change.",
             markdown_table([r for r in rows if "skipped" not in r], columns),
             "\n".join(f"- {r['backend']} skipped: {r['skipped']}" for r in rows if "skipped" in r),
         ]

@@ -16,6 +16,11 @@ one of which must be answered 200, while one more client polls /health every 20 
 throughput rounds: on 2 cores a 50 Hz poller takes CPU from the model on the server side only (about 8% of
 MiniLM's throughput, measured), which would make the comparison with in-process encode unfair.
 
+With several `backends` (torch-fp32, torch-bf16, onnx-fp32, onnx-int8; see `bench.backends`), each model is
+served once per backend, all servers up at once and their rounds interleaved in rotating order; each server
+row then also gives its throughput over the torch-fp32 server's and its fidelity: the vectors it serves for
+a WordNet probe (1,024 glosses and their example-sentence queries) against in-process torch fp32 encode.
+
 The model name `neobert` stands for a NeoBERT of the quickstart's size (4 layers x 128, random weights:
 speed does not depend on the weights) exported as a sentence-transformers directory under the output
 directory; any other name is loaded as `neoembed serve --model` would load it.
@@ -37,13 +42,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from neoembed.bench import backends as inference_backends
 from neoembed.bench import load
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import ServeBench
+from neoembed.errors import InputError
 from neoembed.runs import append_jsonl
 
 TARGET_RATIO = 0.9  # server throughput over direct encode at batch 32
 HEALTH_TARGET_MS = 100.0  # /health p95 while the server is loaded
+TARGET_BACKEND_SPEEDUP = 2.0  # the best backend's server over the torch-fp32 server
+PROBE_SYNSETS = 1024
 QUICKSTART_NEOBERT = {
     "hidden_size": 128,
     "num_hidden_layers": 4,
@@ -75,9 +84,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_server(model: str, threads: int, log_path: Path) -> tuple[subprocess.Popen, int]:
+def server_arguments(backend: str, model: str, export_dir: Path) -> list[str]:
+    """The `neoembed serve` options that serve `model` on `backend` (ONNX from an export under `export_dir`)."""
+    if backend in inference_backends.ONNX_FILES:
+        export = inference_backends.onnx_export(model, export_dir)
+        return [
+            "--model",
+            str(export),
+            "--backend",
+            "onnx",
+            "--onnx-file",
+            inference_backends.ONNX_FILES[backend],
+        ]
+    return ["--model", model, "--dtype", {"torch-fp32": "float32", "torch-bf16": "bfloat16"}[backend]]
+
+
+def _start_server(arguments: list[str], threads: int, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
-    command = [sys.executable, "-c", "from neoembed.cli import main; main()", "serve", "--model", model]
+    command = [sys.executable, "-c", "from neoembed.cli import main; main()", "serve", *arguments]
     command += ["--port", str(port), "--threads", str(threads), "--truncate", "--log-level", "warning"]
     log = log_path.open("w")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
@@ -115,8 +139,42 @@ def _milliseconds(latencies: list[float], q: float) -> float:
     return float(np.percentile(latencies, q)) * 1000
 
 
+def _requests(port: int, inputs: list[str], texts_per_request: int) -> list[bytes]:
+    return [
+        load.post("127.0.0.1", port, "/v1/embeddings", {"input": inputs[i : i + texts_per_request],
+                  "model": "bench", "encoding_format": "base64"})
+        for i in range(0, len(inputs), texts_per_request)
+    ]  # fmt: skip
+
+
+def _served_vectors(port: int, texts: list[str], chunk: int = 64) -> np.ndarray:
+    """The server's embeddings of `texts`, in order."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
+        rows = []
+        for i in range(0, len(texts), chunk):
+            response = client.post("/v1/embeddings", json={"input": texts[i : i + chunk], "model": "bench"})
+            response.raise_for_status()
+            rows += [item["embedding"] for item in sorted(response.json()["data"], key=lambda d: d["index"])]
+    return np.array(rows, dtype=np.float32)
+
+
+def _health_round(port: int, requests: list[bytes], count: int, clients: int) -> list[float]:
+    """`count` requests from `clients` clients, every one answered 200, while one more polls /health."""
+    latencies: list[float] = []
+    done = threading.Event()
+    poller = threading.Thread(target=_probe_health, args=(f"http://127.0.0.1:{port}", latencies, done))
+    poller.start()
+    try:
+        _drive(port, [requests[i % len(requests)] for i in range(count)], clients)
+    finally:
+        done.set()
+        poller.join()
+    return latencies
+
+
 def bench_model(
     model: str,
+    backends: list[str],
     inputs: list[str],
     *,
     texts_per_request: int,
@@ -130,7 +188,7 @@ def bench_model(
     out_dir: Path,
     log_path: Path,
 ) -> dict:
-    """Direct encode vs the server for `model` (named `label` in the report): table rows and figures."""
+    """Direct encode vs a server per backend for `model` (named `label` in the report): rows and figures."""
     from neoembed.embedder import load_embedder
 
     embedder = load_embedder(model)
@@ -142,17 +200,20 @@ def bench_model(
         ]
     )
     embedder.encode(inputs[:64])  # warm-up
-    server, port = _start_server(model, threads, out_dir / f"server-{label}.log")
-    base = f"http://127.0.0.1:{port}"
-    requests = [
-        load.post("127.0.0.1", port, "/v1/embeddings", {"input": inputs[i : i + texts_per_request],
-                  "model": "bench", "encoding_format": "base64"})
-        for i in range(0, len(inputs), texts_per_request)
-    ]  # fmt: skip
+    probe = inference_backends.wordnet_probe(PROBE_SYNSETS)
+    reference = embedder.encode(probe.texts, show_progress_bar=False)
+    servers: dict[str, tuple[subprocess.Popen, int]] = {}
     direct_s: dict[int, list[float]] = {size: [] for size in direct_batch_sizes}
-    served, health = [], []
+    served: dict[str, list[tuple[float, list[float]]]] = {backend: [] for backend in backends}
+    health: dict[str, list[float]] = {}
+    vectors: dict[str, np.ndarray] = {}
     try:
-        _drive(port, requests[: 2 * clients], clients)  # warm-up: connections, first batches
+        for backend in backends:
+            arguments = server_arguments(backend, model, out_dir / "export" / label)
+            servers[backend] = _start_server(arguments, threads, out_dir / f"server-{label}-{backend}.log")
+        requests = {b: _requests(port, inputs, texts_per_request) for b, (_, port) in servers.items()}
+        for backend, (_, port) in servers.items():
+            _drive(port, requests[backend][: 2 * clients], clients)  # warm-up: connections, first batches
         for round_ in range(repeats):
             for size in direct_batch_sizes:
                 started = time.perf_counter()
@@ -160,24 +221,21 @@ def bench_model(
                 direct_s[size].append(time.perf_counter() - started)
                 record = {"model": model, "round": round_, "path": f"encode batch {size}"}
                 append_jsonl(log_path, {**record, "seconds": direct_s[size][-1]})
-            wall, latencies = _drive(port, requests, clients)
-            served.append((wall, latencies))
-            append_jsonl(log_path, {"model": model, "round": round_, "path": "server", "seconds": wall})
-        done = threading.Event()
-        poller = threading.Thread(target=_probe_health, args=(base, health, done))
-        poller.start()
-        try:
-            cycled = [requests[i % len(requests)] for i in range(health_requests)]
-            _drive(port, cycled, health_clients)  # raises unless every request is answered 200
-        finally:
-            done.set()
-            poller.join()
+            for backend in backends[round_ % len(backends) :] + backends[: round_ % len(backends)]:
+                wall, latencies = _drive(servers[backend][1], requests[backend], clients)
+                served[backend].append((wall, latencies))
+                record = {"model": model, "round": round_, "path": f"server {backend}", "seconds": wall}
+                append_jsonl(log_path, record)
+        for backend, (_, port) in servers.items():
+            health[backend] = _health_round(port, requests[backend], health_requests, health_clients)
+            vectors[backend] = _served_vectors(port, probe.texts)
     finally:
-        server.terminate()
-        server.wait(timeout=120)
+        for process, _ in servers.values():
+            process.terminate()
+        for process, _ in servers.values():
+            process.wait(timeout=120)
 
     best_direct = min(direct_s[direct_batch_sizes[0]])
-    best_wall, latencies = min(served, key=lambda pair: pair[0])
     rows = [
         {
             "model": label,
@@ -188,58 +246,91 @@ def bench_model(
         }
         for size, times in direct_s.items()
     ]
-    rows.append(
-        {
-            "model": label,
-            "path": f"neoembed serve, {clients} clients x {texts_per_request} texts/request",
-            "texts/s": len(inputs) / best_wall,
-            "tokens/s": tokens / best_wall,
+    figures = {}
+    for backend in backends:
+        best_wall, latencies = min(served[backend], key=lambda pair: pair[0])
+        figures[backend] = {
             "ratio": best_direct / best_wall,
-            "p50 ms": _milliseconds(latencies, 50),
-            "p95 ms": _milliseconds(latencies, 95),
-            "p99 ms": _milliseconds(latencies, 99),
-            "health p95 ms": _milliseconds(health, 95),
+            "health_p50_ms": _milliseconds(health[backend], 50),
+            "health_p95_ms": _milliseconds(health[backend], 95),
+            "health_probes": len(health[backend]),
+            "server_s": [wall for wall, _ in served[backend]],
+            **inference_backends.fidelity(probe, reference, vectors[backend]),
         }
-    )
+        rows.append(
+            {
+                "model": label,
+                "path": f"neoembed serve {backend}, {clients} clients x {texts_per_request} texts/request",
+                "texts/s": len(inputs) / best_wall,
+                "tokens/s": tokens / best_wall,
+                "ratio": best_direct / best_wall,
+                "p50 ms": _milliseconds(latencies, 50),
+                "p95 ms": _milliseconds(latencies, 95),
+                "p99 ms": _milliseconds(latencies, 99),
+                "health p95 ms": figures[backend]["health_p95_ms"],
+                "worst cosine": figures[backend]["worst cosine"],
+                "recall@10 change": figures[backend]["recall@10 change"],
+            }
+        )
+    if inference_backends.REFERENCE in backends:
+        base = figures[inference_backends.REFERENCE]["ratio"]
+        for backend, row in zip(backends, rows[len(direct_s) :]):
+            figures[backend]["vs_fp32_server"] = row["vs fp32 server"] = figures[backend]["ratio"] / base
     return {
         "model": model,
         "label": label,
         "tokens": tokens,
-        "ratio": best_direct / best_wall,
-        "health_p50_ms": _milliseconds(health, 50),
-        "health_p95_ms": _milliseconds(health, 95),
-        "health_probes": len(health),
+        "backends": figures,
         "rows": rows,
         "direct_s": {str(k): v for k, v in direct_s.items()},
-        "server_s": [wall for wall, _ in served],
     }
+
+
+def _summary(result: dict) -> str:
+    """One line per model: each backend's ratio and /health p95, and the best backend's speed-up."""
+    parts = [
+        f"{backend} server/direct {f['ratio']:.2f} (target {TARGET_RATIO}), /health p95 "
+        f"{f['health_p95_ms']:.0f} ms over {f['health_probes']} probes (target {HEALTH_TARGET_MS:.0f})"
+        for backend, f in result["backends"].items()
+    ]
+    speedups = {b: f["vs_fp32_server"] for b, f in result["backends"].items() if "vs_fp32_server" in f}
+    if len(speedups) > 1:
+        best = max(speedups, key=speedups.get)
+        parts.append(
+            f"best backend {best}: {speedups[best]:.2f}x the torch-fp32 server (target "
+            f"{TARGET_BACKEND_SPEEDUP}), worst cosine {result['backends'][best]['worst cosine']:.4f}, "
+            f"recall@10 change {result['backends'][best]['recall@10 change']:+.4f}"
+        )
+    return f"{result['label']}: " + "; ".join(parts)
 
 
 def run(settings: ServeBench) -> dict:
     from neoembed.data.wordnet import load_synsets
 
-    models, texts, texts_per_request = settings.models, settings.texts, settings.texts_per_request
-    clients, repeats, threads, out_dir = settings.clients, settings.repeats, settings.threads, settings.out
-    direct_batch_sizes = settings.direct_batch_sizes
-
+    skipped = {b: reason for b in settings.backends if (reason := inference_backends.skip_reason(b))}
+    backends = [b for b in settings.backends if b not in skipped]
+    if not backends:
+        raise InputError(f"no backend can run here: {skipped}", param="--backends")
+    out_dir, threads = settings.out, settings.threads
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "serve_log.jsonl"
     log_path.unlink(missing_ok=True)
     torch.set_num_threads(threads)
-    inputs = [s.gloss for s in load_synsets()[:texts]]
+    inputs = [s.gloss for s in load_synsets()[: settings.texts]]
     results = []
-    for model in models:
+    for model in settings.models:
         path = str(neobert_export(out_dir / "neobert")) if model == "neobert" else model
         label = Path(model).name if Path(model).exists() else model
         results.append(
             bench_model(
                 path,
+                backends,
                 inputs,
-                texts_per_request=texts_per_request,
-                clients=clients,
-                repeats=repeats,
+                texts_per_request=settings.texts_per_request,
+                clients=settings.clients,
+                repeats=settings.repeats,
                 threads=threads,
-                direct_batch_sizes=direct_batch_sizes,
+                direct_batch_sizes=settings.direct_batch_sizes,
                 health_requests=settings.health_requests,
                 health_clients=settings.health_clients,
                 label=label,
@@ -248,35 +339,29 @@ def run(settings: ServeBench) -> dict:
             )
         )
     rows = [row for result in results for row in result["rows"]]
-    columns = ["model", "path", "texts/s", "tokens/s", "ratio", "p50 ms", "p95 ms", "p99 ms", "health p95 ms"]
-    table = markdown_table(rows, columns)
-    summary = "; ".join(
-        f"{r['label']}: server/direct {r['ratio']:.2f} (target {TARGET_RATIO}), /health p95 "
-        f"{r['health_p95_ms']:.0f} ms over {r['health_probes']} probes (target {HEALTH_TARGET_MS:.0f})"
-        for r in results
-    )
+    columns = ["model", "path", "texts/s", "tokens/s", "ratio", "vs fp32 server", "p50 ms", "p95 ms"]
+    columns += ["p99 ms", "health p95 ms", "worst cosine", "recall@10 change"]
+    table = markdown_table(rows, [c for c in columns if any(c in row for row in rows)])
+    summary = "\n".join(_summary(result) for result in results)
+    skipped_lines = "".join(f"\n- {backend} skipped: {reason}" for backend, reason in skipped.items())
     described = {
-        "models": list(models),
-        "texts": len(inputs),
-        "texts_per_request": texts_per_request,
-        "clients": clients,
-        "repeats": repeats,
-        "threads": threads,
-        "direct_batch_sizes": list(direct_batch_sizes),
-        "health_requests": settings.health_requests,
-        "health_clients": settings.health_clients,
+        **settings.model_dump(mode="json"),
+        "probe_synsets": PROBE_SYNSETS,
         "load_average": os.getloadavg(),
     }
     markdown = (
-        f"# neoembed bench serve\n\n{len(inputs)} WordNet glosses per round, {threads} torch threads on both "
-        f"sides, fp32, best of {repeats} alternating rounds; ratio = throughput / model.encode at batch "
-        f"{direct_batch_sizes[0]}; /health polled every 20 ms in a separate round of {settings.health_requests} "
-        f"requests from {settings.health_clients} clients, all answered 200.\n\n{table}\n\n"
-        f"{summary}\n"
+        f"# neoembed bench serve\n\n{len(inputs)} WordNet glosses per round, {threads} threads on both "
+        f"sides, best of {settings.repeats} rounds alternating between direct encode (torch fp32) and each "
+        f"server; ratio = throughput / model.encode at batch {settings.direct_batch_sizes[0]}; /health polled "
+        f"every 20 ms in a separate round of {settings.health_requests} requests from "
+        f"{settings.health_clients} clients, all answered 200. Worst cosine and recall@10 change: the served "
+        f"vectors of a WordNet probe ({PROBE_SYNSETS} glosses and their example-sentence queries) against "
+        f"in-process torch fp32.\n\n{table}\n\n{summary}\n{skipped_lines}"
     )
     payload = {
         "settings": described,
         "rows": rows,
+        "skipped": skipped,
         "results": [{k: v for k, v in r.items() if k != "rows"} for r in results],
     }
     json_path, md_path = write_report(out_dir, "serve", payload, markdown)

@@ -34,7 +34,9 @@ def resolve_device(device: str) -> str:
     return default_device() if device == "auto" else device
 
 
-InferenceBackend = Literal["torch-fp32", "torch-bf16", "onnx-fp32", "onnx-int8"]  # bench encode --backends
+InferenceBackend = Literal[
+    "torch-fp32", "torch-bf16", "onnx-fp32", "onnx-int8"
+]  # bench encode/serve --backends
 
 
 class BenchSettings(StrictSettings):
@@ -69,7 +71,7 @@ class EncodeBench(BenchSettings):
     model: str = "minilm"
     """With --backends: the embedder."""
     texts: int = Field(1024, ge=1)
-    """With --backends: WordNet glosses to embed."""
+    """With --backends: WordNet synsets; their glosses are timed, their example sentences are the queries."""
     batch_size: int = Field(32, ge=1)
     """With --backends: texts per batch."""
 
@@ -174,6 +176,9 @@ class ServeBench(BenchSettings):
     """Requests of the health round, in which one more client polls /health every 20 ms."""
     health_clients: int = Field(24, ge=1)
     """Concurrent clients of the health round."""
+    backends: comma_separated(tuple[InferenceBackend, ...]) = Field(("torch-fp32",), min_length=1)
+    """Serve each model on each of these, e.g. torch-fp32,torch-bf16,onnx-fp32,onnx-int8 (ONNX from an
+    export made under --out; torch-bf16 is skipped, with the reason, on a CPU without bf16 units)."""
     out: Path = Path("runs/bench/serve")
     """Directory for serve.json, serve.md and logs."""
 

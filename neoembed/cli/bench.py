@@ -42,11 +42,10 @@ def encode(settings: EncodeBench) -> None:
     if settings.backends:
         from neoembed.bench import backends as bench_backends
 
-        glosses = bench_backends.wordnet_glosses(settings.texts)
         result = bench_backends.run(
             settings.model,
             list(settings.backends),
-            glosses,
+            bench_backends.wordnet_probe(settings.texts),
             settings.batch_size,
             settings.repeats,
             settings.threads,
@@ -87,7 +86,8 @@ def mteb(settings: MtebBench) -> None:
 @app.command("serve")
 @options_from(ServeBench)
 def serve(settings: ServeBench) -> None:
-    """HTTP server under concurrent clients vs direct model.encode: texts/s, ratio, latency, /health p95."""
+    """HTTP server under concurrent clients vs direct model.encode: texts/s, ratio, latency, /health p95;
+    with --backends, a server per inference backend, with its speed-up and fidelity."""
     from neoembed.bench import serve as bench_serve
 
     _echo_report(bench_serve.run(settings))

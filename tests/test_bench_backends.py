@@ -1,0 +1,66 @@
+"""Inference backends side by side: the WordNet probe, the fidelity measures, and `bench encode/serve --backends`."""
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+
+from neoembed.bench.backends import Probe, fidelity, wordnet_probe
+from neoembed.cli import app
+
+runner = CliRunner()
+
+
+def test_the_probe_queries_are_example_sentences_of_their_own_synset():
+    from neoembed.data.wordnet import load_synsets, sample_order
+
+    probe = wordnet_probe(200)
+    synsets = sample_order(load_synsets())[:200]
+    assert len(probe.documents) == 200 and 0 < len(probe.queries) < 200
+    for query, gold in zip(probe.queries, probe.gold):
+        assert query == synsets[gold].examples[0]
+        assert synsets[gold].gloss in probe.documents[gold]
+    assert probe.texts == probe.documents + probe.queries
+
+
+def test_fidelity_is_perfect_for_equal_vectors_and_sees_a_lost_document():
+    rng = np.random.default_rng(0)
+    documents = rng.normal(size=(40, 16))
+    probe = Probe([f"d{i}" for i in range(40)], ["q0", "q1"], np.array([3, 7]))
+    queries = documents[[3, 7]] + 0.01  # each query sits on its own document
+    reference = np.vstack([documents, queries])
+    same = fidelity(probe, reference, reference * 2.0)  # scale does not matter: cosines
+    assert same["worst cosine"] > 1 - 1e-12 and same["neighbour overlap@10"] == 1.0
+    assert same["recall@10"] == 1.0 and same["recall@10 change"] == 0.0
+    moved = reference.copy()
+    moved[3] = -moved[3]  # document 3 now points away from its query
+    worse = fidelity(probe, reference, moved)
+    assert worse["recall@10"] == 0.5 and worse["recall@10 change"] == -0.5
+    assert worse["worst cosine"] < -0.99 and worse["neighbour overlap@10"] < 1.0
+
+
+def test_bench_encode_backends_times_and_compares_onnx_with_torch(tmp_path):
+    args = ["bench", "encode", "--backends", "torch-fp32,onnx-fp32,onnx-int8", "--texts", "64"]
+    result = runner.invoke(app, [*args, "--batch-size", "16", "--repeats", "1", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = {
+        row["backend"]: row for row in json.loads((tmp_path / "encode-backends.json").read_text())["rows"]
+    }
+    assert list(rows) == ["torch-fp32", "onnx-fp32", "onnx-int8"]
+    assert rows["onnx-fp32"]["worst cosine"] > 0.9999 and rows["onnx-fp32"]["recall@10 change"] == 0
+    assert 0.9 < rows["onnx-int8"]["worst cosine"] < 1 and rows["onnx-int8"]["texts/s"] > 0
+    assert "neighbour overlap@10" in (tmp_path / "encode-backends.md").read_text()
+
+
+def test_bench_serve_backends_serves_each_backend_and_checks_what_it_serves(tmp_path):
+    args = ["bench", "serve", "--models", "neobert", "--backends", "torch-fp32,onnx-fp32", "--texts", "32"]
+    args += ["--repeats", "1", "--health-requests", "8", "--direct-batch-sizes", "32", "--out", str(tmp_path)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "serve.json").read_text())
+    figures = report["results"][0]["backends"]
+    assert list(figures) == ["torch-fp32", "onnx-fp32"]
+    assert figures["torch-fp32"]["vs_fp32_server"] == 1.0 and figures["onnx-fp32"]["vs_fp32_server"] > 0
+    for backend in figures.values():
+        assert backend["worst cosine"] > 0.9999 and backend["health_probes"] > 0
+    assert "best backend" in result.output
