@@ -33,6 +33,8 @@ def test_bench_encode_writes_json_and_markdown_with_equal_outputs(tmp_path):
     for row in report["rows"]:
         assert row["padded tok/s"] > 0 and row["unpadded tok/s"] > 0
         assert row["max |diff|"] <= 1e-5, "padded and unpadded paths give the same hidden states"
+        assert row["neobert GFLOP/s"] > 0 and 0 < row["of peak"] < 2  # against a matmul measured here
+    assert "measured float32 matmul" in report["peaks"]["fp32"]
     assert "unpadded/padded" in (tmp_path / "encode.md").read_text()
 
 

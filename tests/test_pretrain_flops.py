@@ -2,8 +2,8 @@
 
 import pytest
 
-from neoembed.pretrain import tiny_config
-from neoembed.pretrain.flops import known_peak_tflops, training_flops
+from neoembed.pretrain import NeoBERTConfig, tiny_config
+from neoembed.pretrain.flops import forward_flops, known_peak_tflops, training_flops
 
 
 @pytest.mark.parametrize(
@@ -36,3 +36,12 @@ def test_the_decoder_counts_only_predicted_tokens():
     sparse = training_flops(config, tokens=100, sum_squared_lengths=100, decoded=20)
     dense = training_flops(config, tokens=100, sum_squared_lengths=100, decoded=100)
     assert dense - sparse == 6 * 80 * config.hidden_size * config.vocab_size
+
+
+def test_the_250m_forward_costs_about_half_a_gflop_per_token_and_training_three_forwards():
+    config = NeoBERTConfig()
+    per_token = forward_flops(config, tokens=1, sum_squared_lengths=0)
+    assert 0.35e9 < per_token < 0.5e9  # 2 x ~200M matmul parameters (embeddings are lookups)
+    assert training_flops(config, tokens=512, sum_squared_lengths=512**2, decoded=0) == 3 * forward_flops(
+        config, tokens=512, sum_squared_lengths=512**2
+    )

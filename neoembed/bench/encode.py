@@ -9,6 +9,8 @@ its `auto` backend picks for each batch. Throughput counts real (non-padding) to
 on the work a user wants done. With `--compare` only NeoBERT's `auto` path and ModernBERT are timed (the
 padded-vs-unpadded table is the run without it), which keeps the 250M comparison to a few minutes on a CPU.
 Timings are best-of-N with the paths interleaved in rotating order, so machine noise affects all alike.
+Each row also gives NeoBERT's model GFLOP/s on its faster path (forward FLOPs of the real tokens) and that as a
+share of the peak: a square matmul in the same dtype measured here (or a known GPU's bf16 peak).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from neoembed.precision import resolve_precision
 from neoembed.pretrain import NeoBERTConfig, NeoBERTModel, tiny_config
 from neoembed.pretrain.attention import choose_backend, importable_kernels, varlen_kernel_for
 from neoembed.pretrain.batches import padded_width
+from neoembed.pretrain.flops import device_peak, forward_flops
 
 CONFIGS = {"tiny": tiny_config, "full": NeoBERTConfig}
 # The ModernBERT each NeoBERT size is compared with: ModernBERT-base's defaults for the 250M model, and a
@@ -43,6 +46,7 @@ DEFAULT_LENGTHS = [128, 512, 1024]
 COMPARE_LENGTHS = [512, 1024, 2048, 4096]
 TARGET_SPEEDUP = 1.4  # unpadded >= 1.4x padded real tokens/s on the mixed batch
 TARGET_VS_MODERNBERT = 1.47  # the paper: NeoBERT 46.7% faster than ModernBERT at 4096 tokens
+TARGET_SHARE_OF_PEAK = 0.5  # the 250M model's bf16 forward on CPU
 
 
 @dataclass
@@ -161,7 +165,7 @@ def run(settings: EncodeBench, progress=print) -> dict:
     repeats, compare, tokens_per_batch = settings.repeats, settings.compare, settings.tokens_per_batch
     torch.set_num_threads(settings.threads)
     lengths = list(settings.lengths) or (COMPARE_LENGTHS if compare else DEFAULT_LENGTHS)
-    rows, attention = [], {}
+    rows, attention, peaks = [], {}, {}
     for config_name in settings.configs:
         model = NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
         twin = build_modernbert(config_name, device) if compare else None
@@ -172,6 +176,8 @@ def run(settings: EncodeBench, progress=print) -> dict:
         for dtype_name in dtypes:
             dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
             model.to(dtype)
+            peak, peak_source = device_peak(device, dtype, None)
+            peaks[dtype_name] = f"{peak / 1e9:,.0f} GFLOP/s ({peak_source})"
             kernel = varlen_kernel_for(torch.device(device).type, dtype, importable_kernels())
             attention[f"neobert {dtype_name}"] = f"padded: sdpa; unpadded: {kernel}"
             if twin is None:
@@ -198,6 +204,10 @@ def run(settings: EncodeBench, progress=print) -> dict:
                         "real tokens": int(mask.sum()),
                         "padded tokens": ids.numel(),
                     }
+                    neobert_seconds = min(seconds[p] for p in paths if p != "modernbert")
+                    flops = forward_flops(model.config, sum(case.lengths), sum(n * n for n in case.lengths))
+                    row["neobert GFLOP/s"] = flops / neobert_seconds / 1e9
+                    row["of peak"] = flops / neobert_seconds / peak
                     if twin is None:
                         row |= _paths_row(model, ids, mask, seconds)
                         line = (
@@ -210,7 +220,7 @@ def run(settings: EncodeBench, progress=print) -> dict:
                     progress(f"{config_name} {case.name} {dtype_name}: {line} tok/s")
         del model, twin
     described = dict(repeats=repeats, threads=settings.threads, device=_device_name(device), compare=compare)
-    return _report(rows, settings.out, attention, **described)
+    return _report(rows, settings.out, attention, peaks, **described)
 
 
 def _paths_row(model, ids, mask, seconds: dict) -> dict:
@@ -237,13 +247,19 @@ def _device_name(device: str) -> str:
     return torch.cuda.get_device_name(device) if device.startswith("cuda") else device
 
 
-def _report(rows: list[dict], out_dir: Path, attention: dict, **settings) -> dict:
+def _report(rows: list[dict], out_dir: Path, attention: dict, peaks: dict, **settings) -> dict:
     verdicts = [
         f"{r['config']}: mixed-length fp32 unpadded/padded = {r['speedup']:.2f}x "
         f"({'meets' if r['speedup'] >= TARGET_SPEEDUP else 'MISSES'} the {TARGET_SPEEDUP}x target; "
         f"max |diff| {r['max |diff|']:.1e})"
         for r in rows
         if "speedup" in r and r["case"].startswith("mixed") and r["dtype"] == "fp32"
+    ]
+    verdicts += [
+        f"full {r['case']} {r['dtype']}: NeoBERT at {r['neobert GFLOP/s']:,.0f} GFLOP/s, {r['of peak']:.0%} of the "
+        f"{r['dtype']} peak (target {TARGET_SHARE_OF_PEAK:.0%} in bf16 on CPU)"
+        for r in rows
+        if r["config"] == "full"
     ]
     verdicts += [
         f"{r['config']} {r['case']} {r['dtype']}: NeoBERT ({r['neobert path']}) / ModernBERT = "
@@ -257,10 +273,17 @@ def _report(rows: list[dict], out_dir: Path, attention: dict, **settings) -> dic
             "# neoembed bench encode",
             f"Settings: {settings}. Throughput counts real tokens; best of {settings['repeats']} runs.",
             "Attention: " + "; ".join(f"{name}: {impl}" for name, impl in attention.items()),
+            "Peaks: " + "; ".join(f"{dtype}: {peak}" for dtype, peak in peaks.items()),
             markdown_table(rows, columns),
             "\n".join(f"- {v}" for v in verdicts),
         ]
     )
-    payload = {"settings": settings, "attention": attention, "rows": rows, "verdicts": verdicts}
+    payload = {
+        "settings": settings,
+        "attention": attention,
+        "peaks": peaks,
+        "rows": rows,
+        "verdicts": verdicts,
+    }
     json_path, md_path = write_report(out_dir, "encode", payload, markdown)
     return {**payload, "json": str(json_path), "markdown": str(md_path), "table": markdown}

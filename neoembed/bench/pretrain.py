@@ -25,7 +25,7 @@ from neoembed.precision import resolve_precision
 from neoembed.pretrain import NeoBERTConfig, NeoBERTForMaskedLM
 from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
 from neoembed.pretrain.batches import MLMBatches, batch_counts, packed_to_padded
-from neoembed.pretrain.flops import known_peak_tflops, training_flops
+from neoembed.pretrain.flops import device_peak, training_flops
 from neoembed.pretrain.tokenizer import load_tokenizer
 
 CONFIGS = {
@@ -50,31 +50,6 @@ def skewed_corpus(num_docs: int, max_length: int, seed: int) -> datasets.Dataset
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-def measured_matmul_flops(device: str, dtype: torch.dtype) -> float:
-    """FLOP/s of square matmuls in `dtype` here: the peak MFU is taken against on devices not in the table."""
-    size = 4096 if device.startswith("cuda") else 1024
-    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    a @ b
-    synchronize(device)
-    start, repeats = time.perf_counter(), 3
-    for _ in range(repeats):
-        a @ b
-    synchronize(device)
-    return 2 * size**3 * repeats / (time.perf_counter() - start)
-
-
-def device_peak(device: str, dtype: torch.dtype, override_tflops: float | None) -> tuple[float, str]:
-    """(peak FLOP/s, where it came from): the override, the table of known GPUs (bf16), or a measured matmul."""
-    if override_tflops:
-        return override_tflops * 1e12, "--peak-tflops"
-    if device.startswith("cuda") and dtype == torch.bfloat16:
-        name = torch.cuda.get_device_name(device)
-        tflops = known_peak_tflops(name)
-        if tflops:
-            return tflops * 1e12, f"{name}: dense bf16 peak {tflops:g} TFLOP/s (table)"
-    return measured_matmul_flops(device, dtype), f"measured {str(dtype).removeprefix('torch.')} matmul"
 
 
 def on_device(batches: MLMBatches, count: int, device: str) -> list[dict[str, torch.Tensor]]:

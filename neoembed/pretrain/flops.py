@@ -1,4 +1,4 @@
-"""Model FLOPs of MLM training batches and the peak FLOP/s of known devices, for MFU.
+"""Model FLOPs of encoder forwards and MLM training batches, and device peak FLOP/s, for MFU.
 
 MFU = model FLOPs of the real tokens trained / (seconds x device peak). Padding and recomputation are not
 model FLOPs, so a padded batch and the same sequences packed have the same FLOPs; the faster layout has the
@@ -6,6 +6,8 @@ higher MFU.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -48,11 +50,43 @@ def device_peak_flops(override_tflops: float | None, half_precision: bool) -> fl
     return None
 
 
-def training_flops(config: NeoBERTConfig, tokens: float, sum_squared_lengths: float, decoded: float) -> float:
-    """Forward plus backward FLOPs of a batch: 6 x the matmul parameters each of its `tokens` goes through,
-    the MLM decoder for the `decoded` tokens only (sparse prediction: the masked ones), and attention's
-    12 x layers x hidden x sum(L^2) over its sequences of lengths L (QK^T and AV, each 2 L^2 hidden, x3)."""
+def measured_matmul_flops(device: str, dtype: torch.dtype) -> float:
+    """FLOP/s of square matmuls in `dtype` here: the peak on devices not in the table."""
+    size = 4096 if device.startswith("cuda") else 1024
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    a @ b
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start, repeats = time.perf_counter(), 3
+    for _ in range(repeats):
+        a @ b
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def device_peak(device: str, dtype: torch.dtype, override_tflops: float | None) -> tuple[float, str]:
+    """(peak FLOP/s, where it came from): the override, the table of known GPUs (bf16), or a measured matmul."""
+    if override_tflops:
+        return override_tflops * 1e12, "--peak-tflops"
+    if device.startswith("cuda") and dtype == torch.bfloat16:
+        name = torch.cuda.get_device_name(device)
+        tflops = known_peak_tflops(name)
+        if tflops:
+            return tflops * 1e12, f"{name}: dense bf16 peak {tflops:g} TFLOP/s (table)"
+    return measured_matmul_flops(device, dtype), f"measured {str(dtype).removeprefix('torch.')} matmul"
+
+
+def forward_flops(config: NeoBERTConfig, tokens: float, sum_squared_lengths: float) -> float:
+    """Encoder forward FLOPs of a batch: 2 x the matmul parameters each of its `tokens` goes through, and
+    attention's 4 x layers x hidden x sum(L^2) over its sequences of lengths L (QK^T and AV, each 2 L^2 hidden)."""
     hidden, layers, ffn = config.hidden_size, config.num_hidden_layers, config.ffn_hidden_size
     per_layer = 4 * hidden * hidden + 3 * hidden * ffn  # qkv + wo, w12 + w3
-    matmuls = layers * per_layer * tokens + hidden * config.vocab_size * decoded
-    return 6 * matmuls + 12 * layers * hidden * sum_squared_lengths
+    return 2 * layers * per_layer * tokens + 4 * layers * hidden * sum_squared_lengths
+
+
+def training_flops(config: NeoBERTConfig, tokens: float, sum_squared_lengths: float, decoded: float) -> float:
+    """Forward plus backward FLOPs of an MLM batch: 3 x the encoder's forward, and the MLM decoder for the
+    `decoded` tokens only (sparse prediction: the masked ones)."""
+    decoder = 2 * config.hidden_size * config.vocab_size * decoded
+    return 3 * (forward_flops(config, tokens, sum_squared_lengths) + decoder)
