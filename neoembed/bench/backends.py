@@ -147,8 +147,8 @@ def run(
     texts = probe.documents
     batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
 
-    def encode(backend, batch):
-        return models[backend].encode(batch, batch_size=len(batch), normalize_embeddings=True)
+    def encode(backend, texts):
+        return models[backend].encode(texts, batch_size=batch_size, normalize_embeddings=True)
 
     vectors = {b: encode(b, probe.texts) for b in {*timed, REFERENCE}}
     latencies = {b: [] for b in timed}
