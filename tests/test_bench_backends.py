@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from neoembed.bench.backends import Probe, fidelity, wordnet_probe
@@ -64,3 +65,13 @@ def test_bench_serve_backends_serves_each_backend_and_checks_what_it_serves(tmp_
     for backend in figures.values():
         assert backend["worst cosine"] > 0.9999 and backend["health_probes"] > 0
     assert "best backend" in result.output
+
+
+def test_bench_serve_says_when_no_backend_can_run_here(tmp_path):
+    from neoembed.precision import resolve_precision
+
+    if resolve_precision("auto", "cpu").bf16_supported:
+        pytest.skip("bf16 runs on this CPU: nothing is skipped")
+    result = runner.invoke(app, ["bench", "serve", "--backends", "torch-bf16", "--out", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "no backend can run here" in result.output and "bf16" in result.output
