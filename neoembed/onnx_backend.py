@@ -10,7 +10,8 @@ exported here with `torch.onnx.export` (the TorchScript exporter; the dynamo one
 ONNX Runtime's dynamic quantisation, the same call optimum's `ORTQuantizer` makes. Loading swaps the encoder of
 the sentence-transformers model for an ONNX Runtime session and keeps every other module (pooling,
 normalisation, ...) as saved, so `encode`, the server's runner and the benchmarks use an export unchanged.
-A NeoBERT exports on its padded SDPA path (`pretrain.attention.choose_backend` under tracing).
+A NeoBERT exports unpadded where that traces (`pretrain.attention.RepaddedBatch`): its linear layers run on the
+real tokens only and attention as one padded SDPA per layer.
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ def test_bf16_autocast_on_cuda_with_fp32_embeddings_unpads():
         (dict(requested="sdpa", dtype=torch.bfloat16), "sdpa"),  # an explicit backend is kept
         (dict(requested="unpadded", dtype=torch.float32), "unpadded"),
         (dict(requested="unpadded", output_attentions=True), "eager"),
+        # A traced graph (ONNX export) cannot hold the varlen plan: real-token linears around padded SDPA.
+        (dict(device_type="cpu", traced=True), "unpadded"),
+        (dict(device_type="cpu", traced=True, has_padding=False), "sdpa"),
     ],
 )
 def test_backend_decision(options, expected):
@@ -265,3 +268,23 @@ def test_compiled_layers_on_cuda_equal_eager_in_bf16():
         model.compile_layers()
         compiled = model(ids, attention_mask=mask).last_hidden_state
     assert (eager.float() - compiled.float()).abs().max() < 0.05
+
+
+def test_the_traceable_unpadded_path_equals_padded_sdpa_on_real_tokens(monkeypatch):
+    """Under tracing the unpadded path runs `RepaddedBatch` (real tokens through the linear layers, attention
+    padded); forced here outside a trace, it must give the padded path's hidden states on real tokens."""
+    torch.manual_seed(0)
+    model = NeoBERTModel(tiny_config()).eval()
+    ids = torch.randint(5, 1000, (3, 12))
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[0, 7:], mask[2, 3:] = 0, 0
+    model.config.attn_backend = "sdpa"
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    monkeypatch.setattr("neoembed.pretrain.modeling.tracing", lambda: True)
+    model.config.attn_backend = "auto"
+    with torch.no_grad():
+        repadded = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(repadded[real], padded[real], atol=1e-5, rtol=1e-5)
+    assert (repadded[~real] == 0).all(), "padding positions carry no values"

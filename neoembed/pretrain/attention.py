@@ -96,12 +96,13 @@ def choose_backend(
     no varlen kernel, and grouping there would cost more than the padding.
 
     `traced` (see `tracing`): a traced graph fixes the shapes and Python values of the example batch, and the
-    unpadded path's sequence plan is such values, so a traced forward always runs padded SDPA.
+    unpadded path's sequence plan is such values. A traced forward with padding therefore runs unpadded as
+    `RepaddedBatch`: the linear layers see real tokens only, and attention is one padded SDPA per layer.
     """
     if output_attentions:
         return "eager"
     if traced:
-        return "sdpa"
+        return "unpadded" if has_padding else "sdpa"
     if requested != "auto":
         return requested
     if not has_padding:
@@ -131,6 +132,29 @@ class PaddedBatch:
             weights = None
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return out.transpose(1, 2), weights
+
+
+@dataclass
+class RepaddedBatch:
+    """Real tokens only, `(tokens, ...)`, whose attention runs padded: each call scatters q, k and v back to
+    (batch, length), runs one masked SDPA and gathers the real tokens out. Every step is a tensor operation,
+    so it traces into a graph that takes any batch (an ONNX export), unlike `VarlenBatch`'s sequence plan.
+    The linear layers, most of the FLOPs, then skip the padding, which is over half of a typical batch of
+    short texts."""
+
+    token_index: torch.Tensor  # (tokens,) flat index of each real token in (batch * length)
+    key_mask: torch.Tensor  # (batch, length) bool, True for real tokens
+
+    def attend(self, q, k, v) -> tuple[torch.Tensor, None]:
+        """q, k, v: (tokens, heads, head_dim) -> (tokens, heads, head_dim)."""
+        batch, length = self.key_mask.shape
+
+        def repad(t: torch.Tensor) -> torch.Tensor:
+            padded = t.new_zeros(batch * length, *t.shape[1:]).index_copy(0, self.token_index, t)
+            return padded.view(batch, length, *t.shape[1:])
+
+        out, _ = PaddedBatch(self.key_mask).attend(repad(q), repad(k), repad(v))
+        return out.flatten(0, 1)[self.token_index], None
 
 
 @dataclass

@@ -32,6 +32,7 @@ from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, Seque
 
 from .attention import (
     PaddedBatch,
+    RepaddedBatch,
     VarlenBatch,
     autocast_dtype,
     choose_backend,
@@ -256,9 +257,12 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         if mask is None:
             mask = torch.ones(batch_size, length, dtype=torch.bool, device=x.device)
         token_index = mask.flatten().nonzero().squeeze(1)
-        seqlens = mask.sum(dim=1, dtype=torch.int32)
-        cu_seqlens = F.pad(seqlens.cumsum(0, dtype=torch.int32), (1, 0))
-        batch = VarlenBatch(cu_seqlens, int(seqlens.max()), kernel=_varlen_kernel(x))
+        if traced:
+            batch = RepaddedBatch(token_index, mask)
+        else:
+            seqlens = mask.sum(dim=1, dtype=torch.int32)
+            cu_seqlens = F.pad(seqlens.cumsum(0, dtype=torch.int32), (1, 0))
+            batch = VarlenBatch(cu_seqlens, int(seqlens.max()), kernel=_varlen_kernel(x))
         hidden, all_hidden, _ = self._run_layers(
             x.flatten(0, 1)[token_index], position_ids.flatten()[token_index], batch, output_hidden_states
         )

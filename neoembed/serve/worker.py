@@ -83,7 +83,7 @@ class ModelRunner:
         self._left_padded = tokenizer.padding_side == "left"
         self._packed = (
             self._encoder.config.model_type == "neobert"
-            and not isinstance(self._encoder, OnnxEncoder)  # a graph exported on the padded path
+            and not isinstance(self._encoder, OnnxEncoder)  # a graph takes padded inputs and unpads inside
             and self._runs_packed_well(torch)
         )
 
