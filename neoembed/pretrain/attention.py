@@ -136,24 +136,27 @@ class PaddedBatch:
 
 @dataclass
 class RepaddedBatch:
-    """Real tokens only, `(tokens, ...)`, whose attention runs padded: each call scatters q, k and v back to
+    """Real tokens only, `(tokens, ...)`, whose attention runs padded: each call gathers q, k and v into
     (batch, length), runs one masked SDPA and gathers the real tokens out. Every step is a tensor operation,
     so it traces into a graph that takes any batch (an ONNX export), unlike `VarlenBatch`'s sequence plan.
     The linear layers, most of the FLOPs, then skip the padding, which is over half of a typical batch of
     short texts."""
 
-    token_index: torch.Tensor  # (tokens,) flat index of each real token in (batch * length)
     key_mask: torch.Tensor  # (batch, length) bool, True for real tokens
+    token_index: torch.Tensor  # (tokens,) flat index of each real token in (batch * length)
+    # (batch * length,) the real token each slot reads: its own, or for a padding slot the real token before
+    # it (or the first). Padding slots are masked out as keys and dropped as queries, so what they hold does
+    # not matter; gathers are cheaper than zero-filled scatters in the exported graph.
+    slot_index: torch.Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slot_index = (self.key_mask.flatten().long().cumsum(0) - 1).clamp(min=0)
 
     def attend(self, q, k, v) -> tuple[torch.Tensor, None]:
         """q, k, v: (tokens, heads, head_dim) -> (tokens, heads, head_dim)."""
         batch, length = self.key_mask.shape
-
-        def repad(t: torch.Tensor) -> torch.Tensor:
-            padded = t.new_zeros(batch * length, *t.shape[1:]).index_copy(0, self.token_index, t)
-            return padded.view(batch, length, *t.shape[1:])
-
-        out, _ = PaddedBatch(self.key_mask).attend(repad(q), repad(k), repad(v))
+        repadded = (t[self.slot_index].view(batch, length, *t.shape[1:]) for t in (q, k, v))
+        out, _ = PaddedBatch(self.key_mask).attend(*repadded)
         return out.flatten(0, 1)[self.token_index], None
 
 

@@ -258,7 +258,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             mask = torch.ones(batch_size, length, dtype=torch.bool, device=x.device)
         token_index = mask.flatten().nonzero().squeeze(1)
         if traced:
-            batch = RepaddedBatch(token_index, mask)
+            batch = RepaddedBatch(mask, token_index)
         else:
             seqlens = mask.sum(dim=1, dtype=torch.int32)
             cu_seqlens = F.pad(seqlens.cumsum(0, dtype=torch.int32), (1, 0))
