@@ -275,9 +275,9 @@ def test_the_traceable_unpadded_path_equals_padded_sdpa_on_real_tokens(monkeypat
     padded); forced here outside a trace, it must give the padded path's hidden states on real tokens."""
     torch.manual_seed(0)
     model = NeoBERTModel(tiny_config()).eval()
-    ids = torch.randint(5, 1000, (3, 12))
-    mask = torch.ones(3, 12, dtype=torch.long)
-    mask[0, 7:], mask[2, 3:] = 0, 0
+    ids = torch.randint(5, 1000, (4, 12))
+    mask = torch.ones(4, 12, dtype=torch.long)
+    mask[0, 7:], mask[2, 3:], mask[3, :5] = 0, 0, 0  # right padding, and left padding in the last row
     model.config.attn_backend = "sdpa"
     with torch.no_grad():
         padded = model(input_ids=ids, attention_mask=mask).last_hidden_state

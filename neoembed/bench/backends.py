@@ -18,6 +18,7 @@ so machine noise affects all backends alike: texts/s and p50/p95 seconds per bat
 from __future__ import annotations
 
 import copy
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,20 +64,21 @@ def wordnet_probe(n: int) -> Probe:
     )
 
 
-def skip_reason(backend: str) -> str | None:
+def skip_reason(backend: str, device: str = "cpu") -> str | None:
     from neoembed.precision import resolve_precision
 
-    if backend == "torch-bf16" and not resolve_precision("auto", "cpu").bf16_supported:
-        return "no bf16 matrix units on this CPU (AVX512-BF16/AMX): torch would emulate bf16, far slower than fp32"
+    if backend == "torch-bf16" and not resolve_precision("auto", device).bf16_supported:
+        return f"no bf16 matrix units on this {device} (a CPU needs AVX512-BF16/AMX): torch would emulate bf16, far slower than fp32"
     return None
 
 
 def onnx_export(model_name: str, export_dir: Path) -> Path:
-    """`model_name` exported (fp32 and int8) under `export_dir`, once."""
-    from neoembed.onnx_backend import ONNX_DIR, export_onnx
+    """`model_name` exported anew (fp32 and int8) to `export_dir`: a bench measures the graph this code
+    writes for this model, never one an earlier run or another model left there."""
+    from neoembed.onnx_backend import export_onnx
 
-    if not (export_dir / ONNX_DIR / ONNX_FILES["onnx-int8"]).is_file():
-        export_onnx(model_name, export_dir, quantize="int8")
+    shutil.rmtree(export_dir, ignore_errors=True)
+    export_onnx(model_name, export_dir, quantize="int8")
     return export_dir
 
 
@@ -88,11 +90,11 @@ def load_backends(model_name: str, backends: list[str], export_dir: Path, thread
     models = {REFERENCE: reference}
     if "torch-bf16" in backends:
         models["torch-bf16"] = copy.deepcopy(reference).to(torch.bfloat16)
+    if any(backend in ONNX_FILES for backend in backends):
+        onnx_export(model_name, export_dir)
     for backend in backends:
         if backend in ONNX_FILES:
-            models[backend] = load_onnx_embedder(
-                onnx_export(model_name, export_dir), file_name=ONNX_FILES[backend], threads=threads
-            )
+            models[backend] = load_onnx_embedder(export_dir, file_name=ONNX_FILES[backend], threads=threads)
     return models
 
 

@@ -17,7 +17,8 @@ throughput rounds: on 2 cores a 50 Hz poller takes CPU from the model on the ser
 MiniLM's throughput, measured), which would make the comparison with in-process encode unfair.
 
 With several `backends` (torch-fp32, torch-bf16, onnx-fp32, onnx-int8; see `bench.backends`), each model is
-served once per backend, all servers up at once and their rounds interleaved in rotating order; each server
+served once per backend (all on the CPU, direct encode too, when an ONNX backend is among them, as ONNX
+Runtime runs there), all servers up at once and their rounds interleaved in rotating order; each server
 row then also gives its throughput over the torch-fp32 server's and its fidelity: the vectors it serves for
 a WordNet probe (1,024 glosses and their example-sentence queries) against in-process torch fp32 encode.
 
@@ -84,10 +85,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def server_arguments(backend: str, model: str, export_dir: Path) -> list[str]:
-    """The `neoembed serve` options that serve `model` on `backend` (ONNX from an export under `export_dir`)."""
+def server_arguments(backend: str, model: str, export: Path | None, device: str) -> list[str]:
+    """The `neoembed serve` options that serve `model` on `backend`: torch on `device`, ONNX from the export
+    directory `export` (on the CPU)."""
     if backend in inference_backends.ONNX_FILES:
-        export = inference_backends.onnx_export(model, export_dir)
         return [
             "--model",
             str(export),
@@ -96,15 +97,16 @@ def server_arguments(backend: str, model: str, export_dir: Path) -> list[str]:
             "--onnx-file",
             inference_backends.ONNX_FILES[backend],
         ]
-    return ["--model", model, "--dtype", {"torch-fp32": "float32", "torch-bf16": "bfloat16"}[backend]]
+    dtype = {"torch-fp32": "float32", "torch-bf16": "bfloat16"}[backend]
+    return ["--model", model, "--dtype", dtype, "--device", device]
 
 
 def _start_server(arguments: list[str], threads: int, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     command = [sys.executable, "-c", "from neoembed.cli import main; main()", "serve", *arguments]
     command += ["--port", str(port), "--threads", str(threads), "--truncate", "--log-level", "warning"]
-    log = log_path.open("w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    with log_path.open("w") as log:  # the child writes to its own copy of the descriptor
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -116,8 +118,18 @@ def _start_server(arguments: list[str], threads: int, log_path: Path) -> tuple[s
         except httpx.TransportError:
             pass
         time.sleep(0.25)
-    process.kill()
+    _stop(process)
     raise RuntimeError(f"the server did not become healthy in 300 s; see {log_path}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Terminate a server and wait for it; kill it if it has not exited within 120 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _probe_health(base: str, latencies: list[float], done: threading.Event) -> None:
@@ -177,6 +189,7 @@ def bench_model(
     backends: list[str],
     inputs: list[str],
     *,
+    device: str,
     texts_per_request: int,
     clients: int,
     repeats: int,
@@ -191,7 +204,7 @@ def bench_model(
     """Direct encode vs a server per backend for `model` (named `label` in the report): rows and figures."""
     from neoembed.embedder import load_embedder
 
-    embedder = load_embedder(model)
+    embedder = load_embedder(model, device=device)
     # The server truncates as encode does (--truncate), so both sides embed the same tokens.
     tokens = sum(
         len(ids)
@@ -208,8 +221,10 @@ def bench_model(
     health: dict[str, list[float]] = {}
     vectors: dict[str, np.ndarray] = {}
     try:
+        onnx = any(backend in inference_backends.ONNX_FILES for backend in backends)
+        export = inference_backends.onnx_export(model, out_dir / "export" / label) if onnx else None
         for backend in backends:
-            arguments = server_arguments(backend, model, out_dir / "export" / label)
+            arguments = server_arguments(backend, model, export, device)
             servers[backend] = _start_server(arguments, threads, out_dir / f"server-{label}-{backend}.log")
         requests = {b: _requests(port, inputs, texts_per_request) for b, (_, port) in servers.items()}
         for backend, (_, port) in servers.items():
@@ -231,9 +246,7 @@ def bench_model(
             vectors[backend] = _served_vectors(port, probe.texts)
     finally:
         for process, _ in servers.values():
-            process.terminate()
-        for process, _ in servers.values():
-            process.wait(timeout=120)
+            _stop(process)
 
     best_direct = min(direct_s[direct_batch_sizes[0]])
     rows = [
@@ -246,9 +259,10 @@ def bench_model(
         }
         for size, times in direct_s.items()
     ]
+    best = {backend: min(served[backend], key=lambda pair: pair[0]) for backend in backends}
+    reference_wall = best[inference_backends.REFERENCE][0] if inference_backends.REFERENCE in best else None
     figures = {}
-    for backend in backends:
-        best_wall, latencies = min(served[backend], key=lambda pair: pair[0])
+    for backend, (best_wall, latencies) in best.items():
         figures[backend] = {
             "ratio": best_direct / best_wall,
             "health_p50_ms": _milliseconds(health[backend], 50),
@@ -257,6 +271,8 @@ def bench_model(
             "server_s": [wall for wall, _ in served[backend]],
             **inference_backends.fidelity(probe, reference, vectors[backend]),
         }
+        if reference_wall:
+            figures[backend]["vs_fp32_server"] = reference_wall / best_wall
         rows.append(
             {
                 "model": label,
@@ -272,10 +288,8 @@ def bench_model(
                 "recall@10 change": figures[backend]["recall@10 change"],
             }
         )
-    if inference_backends.REFERENCE in backends:
-        base = figures[inference_backends.REFERENCE]["ratio"]
-        for backend, row in zip(backends, rows[len(direct_s) :]):
-            figures[backend]["vs_fp32_server"] = row["vs fp32 server"] = figures[backend]["ratio"] / base
+        if reference_wall:
+            rows[-1]["vs fp32 server"] = figures[backend]["vs_fp32_server"]
     return {
         "model": model,
         "label": label,
@@ -306,8 +320,12 @@ def _summary(result: dict) -> str:
 
 def run(settings: ServeBench) -> dict:
     from neoembed.data.wordnet import load_synsets
+    from neoembed.precision import default_device
 
-    skipped = {b: reason for b in settings.backends if (reason := inference_backends.skip_reason(b))}
+    # ONNX Runtime runs on the CPU, so with an ONNX backend every side runs there, torch servers included.
+    onnx = any(b in inference_backends.ONNX_FILES for b in settings.backends)
+    device = "cpu" if onnx else default_device()
+    skipped = {b: reason for b in settings.backends if (reason := inference_backends.skip_reason(b, device))}
     backends = [b for b in settings.backends if b not in skipped]
     if not backends:
         raise InputError(f"no backend can run here: {skipped}", param="--backends")
@@ -326,6 +344,7 @@ def run(settings: ServeBench) -> dict:
                 path,
                 backends,
                 inputs,
+                device=device,
                 texts_per_request=settings.texts_per_request,
                 clients=settings.clients,
                 repeats=settings.repeats,

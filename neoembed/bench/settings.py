@@ -34,9 +34,18 @@ def resolve_device(device: str) -> str:
     return default_device() if device == "auto" else device
 
 
-InferenceBackend = Literal[
-    "torch-fp32", "torch-bf16", "onnx-fp32", "onnx-int8"
-]  # bench encode/serve --backends
+InferenceBackend = Literal["torch-fp32", "torch-bf16", "onnx-fp32", "onnx-int8"]
+
+
+def _distinct(backends: tuple[str, ...]) -> tuple[str, ...]:
+    repeated = sorted({b for b in backends if backends.count(b) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(repeated)} given more than once")
+    return backends
+
+
+# bench encode/serve --backends
+InferenceBackends = Annotated[comma_separated(tuple[InferenceBackend, ...]), AfterValidator(_distinct)]
 
 
 class BenchSettings(StrictSettings):
@@ -65,13 +74,14 @@ class EncodeBench(BenchSettings):
     """Tokens per timed batch (0: 8192 tiny, 2048 full on CPU; 65536 on CUDA)."""
     out: Path = Path("runs/bench/encode")
     """Directory for encode.json and encode.md."""
-    backends: comma_separated(tuple[InferenceBackend, ...]) = ()
+    backends: InferenceBackends = ()
     """Instead of the NeoBERT paths: compare inference backends of --model on WordNet glosses, e.g.
     torch-fp32,torch-bf16,onnx-fp32,onnx-int8 (writes encode-backends.json/.md)."""
     model: str = "minilm"
     """With --backends: the embedder."""
-    texts: int = Field(1024, ge=1)
-    """With --backends: WordNet synsets; their glosses are timed, their example sentences are the queries."""
+    texts: int = Field(1024, ge=64)
+    """With --backends: WordNet synsets (at least 64, so the probe has queries and each gloss 10 neighbours);
+    their glosses are timed, their example sentences are the queries."""
     batch_size: int = Field(32, ge=1)
     """With --backends: texts per batch."""
 
@@ -176,7 +186,7 @@ class ServeBench(BenchSettings):
     """Requests of the health round, in which one more client polls /health every 20 ms."""
     health_clients: int = Field(24, ge=1)
     """Concurrent clients of the health round."""
-    backends: comma_separated(tuple[InferenceBackend, ...]) = Field(("torch-fp32",), min_length=1)
+    backends: InferenceBackends = Field(("torch-fp32",), min_length=1)
     """Serve each model on each of these, e.g. torch-fp32,torch-bf16,onnx-fp32,onnx-int8 (ONNX from an
     export made under --out; torch-bf16 is skipped, with the reason, on a CPU without bf16 units)."""
     out: Path = Path("runs/bench/serve")

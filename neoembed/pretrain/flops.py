@@ -50,30 +50,31 @@ def device_peak_flops(override_tflops: float | None, half_precision: bool) -> fl
     return None
 
 
-def measured_matmul_flops(device: str, dtype: torch.dtype) -> float:
-    """FLOP/s of square matmuls in `dtype` here: the peak on devices not in the table."""
-    size = 4096 if device.startswith("cuda") else 1024
+def measured_matmul_flops(device: str, dtype: torch.dtype, repeats: int = 5) -> float:
+    """FLOP/s of a square matmul in `dtype` here, the best of `repeats`: the peak on devices not in the table."""
+    size = 4096 if device.startswith("cuda") else 2048
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    a @ b
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    start, repeats = time.perf_counter(), 3
-    for _ in range(repeats):
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first warms up
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
         a @ b
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return 2 * size**3 * repeats / (time.perf_counter() - start)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
 
 
 def device_peak(device: str, dtype: torch.dtype, override_tflops: float | None) -> tuple[float, str]:
     """(peak FLOP/s, where it came from): the override, the table of known GPUs (bf16), or a measured matmul."""
-    if override_tflops:
-        return override_tflops * 1e12, "--peak-tflops"
-    if device.startswith("cuda") and dtype == torch.bfloat16:
-        name = torch.cuda.get_device_name(device)
-        tflops = known_peak_tflops(name)
-        if tflops:
-            return tflops * 1e12, f"{name}: dense bf16 peak {tflops:g} TFLOP/s (table)"
+    half = device.startswith("cuda") and dtype == torch.bfloat16
+    known = device_peak_flops(override_tflops, half_precision=half)
+    if known:
+        source = (
+            "--peak-tflops" if override_tflops else f"{torch.cuda.get_device_name()}: dense bf16 peak (table)"
+        )
+        return known, source
     return measured_matmul_flops(device, dtype), f"measured {str(dtype).removeprefix('torch.')} matmul"
 
 
