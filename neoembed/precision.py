@@ -57,6 +57,12 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def synchronize(device: str) -> None:
+    """Wait for the work queued on `device` (CUDA runs asynchronously), so a timer reads finished work."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def resolve_precision(requested: str = "auto", device: str | None = None) -> Precision:
     """The precision for `requested` ("auto", "float32", "bfloat16", "float16", or fp32/bf16/fp16) on `device`
     (a device string such as "cuda:1"; None: CUDA when present, else CPU).

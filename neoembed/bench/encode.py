@@ -24,7 +24,7 @@ import torch
 
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
-from neoembed.precision import resolve_precision
+from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import NeoBERTConfig, NeoBERTModel, tiny_config
 from neoembed.pretrain.attention import choose_backend, importable_kernels, varlen_kernel_for
 from neoembed.pretrain.batches import padded_width
@@ -114,21 +114,16 @@ def _modernbert_forward(model):
     return forward
 
 
-def _synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def time_paths(paths: dict, ids, mask, repeats: int, device: str) -> dict[str, float]:
     """Best-of-`repeats` seconds per forward for each path, interleaved in rotating order."""
     names = list(paths)
     best = dict.fromkeys(names, float("inf"))
     for rep in range(repeats):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            _synchronize(device)
+            synchronize(device)
             start = time.perf_counter()
             paths[name](ids, mask)
-            _synchronize(device)
+            synchronize(device)
             best[name] = min(best[name], time.perf_counter() - start)
     return best
 

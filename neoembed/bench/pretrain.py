@@ -21,7 +21,7 @@ import torch
 
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import PretrainBench, resolve_device
-from neoembed.precision import resolve_precision
+from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import NeoBERTConfig, NeoBERTForMaskedLM
 from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
 from neoembed.pretrain.batches import MLMBatches, batch_counts, packed_to_padded
@@ -45,11 +45,6 @@ def skewed_corpus(num_docs: int, max_length: int, seed: int) -> datasets.Dataset
     lengths = np.clip(rng.lognormal(mean=4.0, sigma=0.9, size=num_docs), 8, max_length).astype(int)
     docs = [[101, *rng.integers(1000, 30000, size=n - 2).tolist(), 102] for n in lengths]
     return datasets.Dataset.from_dict({"input_ids": docs, "length": lengths.tolist()})
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def on_device(batches: MLMBatches, count: int, device: str) -> list[dict[str, torch.Tensor]]:

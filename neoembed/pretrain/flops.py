@@ -11,6 +11,8 @@ import time
 
 import torch
 
+from neoembed.precision import synchronize
+
 from .config import NeoBERTConfig
 
 # Dense bf16/fp16 tensor-core peaks (TFLOP/s, no sparsity) by a substring of `torch.cuda.get_device_name()`.
@@ -56,12 +58,10 @@ def measured_matmul_flops(device: str, dtype: torch.dtype, repeats: int = 5) -> 
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     best = float("inf")
     for _ in range(repeats + 1):  # the first warms up
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(device)
         start = time.perf_counter()
         a @ b
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
 
