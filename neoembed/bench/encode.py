@@ -160,7 +160,7 @@ def run(settings: EncodeBench, progress=print) -> dict:
     repeats, compare, tokens_per_batch = settings.repeats, settings.compare, settings.tokens_per_batch
     torch.set_num_threads(settings.threads)
     lengths = list(settings.lengths) or (COMPARE_LENGTHS if compare else DEFAULT_LENGTHS)
-    rows, attention, peaks, peak = [], {}, {}, {}
+    rows, attention, peaks = [], {}, {}
     for config_name in settings.configs:
         model = NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
         twin = build_modernbert(config_name, device) if compare else None
@@ -171,9 +171,8 @@ def run(settings: EncodeBench, progress=print) -> dict:
         for dtype_name in dtypes:
             dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
             model.to(dtype)
-            if dtype_name not in peak:  # measured once per dtype, so every row divides by the one reported
-                peak[dtype_name], source = device_peak(device, dtype, None)
-                peaks[dtype_name] = f"{peak[dtype_name] / 1e9:,.0f} GFLOP/s ({source})"
+            if dtype_name not in peaks:  # measured once per dtype, so every row divides by the one reported
+                peaks[dtype_name] = device_peak(device, dtype, None)
             kernel = varlen_kernel_for(torch.device(device).type, dtype, importable_kernels())
             attention[f"neobert {dtype_name}"] = f"padded: sdpa; unpadded: {kernel}"
             if twin is None:
@@ -203,7 +202,7 @@ def run(settings: EncodeBench, progress=print) -> dict:
                     neobert_seconds = min(seconds[p] for p in paths if p != "modernbert")
                     flops = forward_flops(model.config, sum(case.lengths), sum(n * n for n in case.lengths))
                     row["neobert GFLOP/s"] = flops / neobert_seconds / 1e9
-                    row["of peak"] = flops / neobert_seconds / peak[dtype_name]
+                    row["of peak"] = flops / neobert_seconds / peaks[dtype_name][0]
                     if twin is None:
                         row |= _paths_row(model, ids, mask, seconds)
                         line = (
@@ -216,7 +215,10 @@ def run(settings: EncodeBench, progress=print) -> dict:
                     progress(f"{config_name} {case.name} {dtype_name}: {line} tok/s")
         del model, twin
     described = dict(repeats=repeats, threads=settings.threads, device=_device_name(device), compare=compare)
-    return _report(rows, settings.out, attention, peaks, **described)
+    described_peaks = {
+        dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()
+    }
+    return _report(rows, settings.out, attention, described_peaks, **described)
 
 
 def _paths_row(model, ids, mask, seconds: dict) -> dict:
