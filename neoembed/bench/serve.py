@@ -188,17 +188,10 @@ def bench_model(
     model: str,
     backends: list[str],
     inputs: list[str],
+    settings: ServeBench,
     *,
     device: str,
-    texts_per_request: int,
-    clients: int,
-    repeats: int,
-    threads: int,
-    direct_batch_sizes: tuple[int, ...],
-    health_requests: int,
-    health_clients: int,
     label: str,
-    out_dir: Path,
     log_path: Path,
 ) -> dict:
     """Direct encode vs a server per backend for `model` (named `label` in the report): rows and figures."""
@@ -216,39 +209,45 @@ def bench_model(
     probe = inference_backends.wordnet_probe(PROBE_SYNSETS)
     reference = embedder.encode(probe.texts, show_progress_bar=False)
     servers: dict[str, tuple[subprocess.Popen, int]] = {}
-    direct_s: dict[int, list[float]] = {size: [] for size in direct_batch_sizes}
+    direct_s: dict[int, list[float]] = {size: [] for size in settings.direct_batch_sizes}
     served: dict[str, list[tuple[float, list[float]]]] = {backend: [] for backend in backends}
     health: dict[str, list[float]] = {}
     vectors: dict[str, np.ndarray] = {}
     try:
         onnx = any(backend in inference_backends.ONNX_FILES for backend in backends)
-        export = inference_backends.onnx_export(model, out_dir / "export" / label) if onnx else None
+        export = inference_backends.onnx_export(model, settings.out / "export" / label) if onnx else None
         for backend in backends:
             arguments = server_arguments(backend, model, export, device)
-            servers[backend] = _start_server(arguments, threads, out_dir / f"server-{label}-{backend}.log")
-        requests = {b: _requests(port, inputs, texts_per_request) for b, (_, port) in servers.items()}
-        for backend, (_, port) in servers.items():
-            _drive(port, requests[backend][: 2 * clients], clients)  # warm-up: connections, first batches
-        for round_ in range(repeats):
-            for size in direct_batch_sizes:
+            servers[backend] = _start_server(
+                arguments, settings.threads, settings.out / f"server-{label}-{backend}.log"
+            )
+        requests = {
+            b: _requests(port, inputs, settings.texts_per_request) for b, (_, port) in servers.items()
+        }
+        for backend, (_, port) in servers.items():  # warm-up: connections, first batches
+            _drive(port, requests[backend][: 2 * settings.clients], settings.clients)
+        for round_ in range(settings.repeats):
+            for size in settings.direct_batch_sizes:
                 started = time.perf_counter()
                 embedder.encode(inputs, batch_size=size, show_progress_bar=False)
                 direct_s[size].append(time.perf_counter() - started)
                 record = {"model": model, "round": round_, "path": f"encode batch {size}"}
                 append_jsonl(log_path, {**record, "seconds": direct_s[size][-1]})
             for backend in backends[round_ % len(backends) :] + backends[: round_ % len(backends)]:
-                wall, latencies = _drive(servers[backend][1], requests[backend], clients)
+                wall, latencies = _drive(servers[backend][1], requests[backend], settings.clients)
                 served[backend].append((wall, latencies))
                 record = {"model": model, "round": round_, "path": f"server {backend}", "seconds": wall}
                 append_jsonl(log_path, record)
         for backend, (_, port) in servers.items():
-            health[backend] = _health_round(port, requests[backend], health_requests, health_clients)
+            health[backend] = _health_round(
+                port, requests[backend], settings.health_requests, settings.health_clients
+            )
             vectors[backend] = _served_vectors(port, probe.texts)
     finally:
         for process, _ in servers.values():
             _stop(process)
 
-    best_direct = min(direct_s[direct_batch_sizes[0]])
+    best_direct = min(direct_s[settings.direct_batch_sizes[0]])
     rows = [
         {
             "model": label,
@@ -276,7 +275,7 @@ def bench_model(
         rows.append(
             {
                 "model": label,
-                "path": f"neoembed serve {backend}, {clients} clients x {texts_per_request} texts/request",
+                "path": f"neoembed serve {backend}, {settings.clients} clients x {settings.texts_per_request} texts/request",
                 "texts/s": len(inputs) / best_wall,
                 "tokens/s": tokens / best_wall,
                 "ratio": best_direct / best_wall,
@@ -344,16 +343,9 @@ def run(settings: ServeBench) -> dict:
                 path,
                 backends,
                 inputs,
+                settings,
                 device=device,
-                texts_per_request=settings.texts_per_request,
-                clients=settings.clients,
-                repeats=settings.repeats,
-                threads=threads,
-                direct_batch_sizes=settings.direct_batch_sizes,
-                health_requests=settings.health_requests,
-                health_clients=settings.health_clients,
                 label=label,
-                out_dir=out_dir,
                 log_path=log_path,
             )
         )
