@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from neoembed.bench.report import markdown_table, write_report
-from neoembed.bench.settings import InferenceBackend
+from neoembed.bench.settings import EncodeBench, InferenceBackend
 
 BACKENDS = get_args(InferenceBackend)
 REFERENCE = "torch-fp32"
@@ -68,7 +68,10 @@ def skip_reason(backend: str, device: str = "cpu") -> str | None:
     from neoembed.precision import resolve_precision
 
     if backend == "torch-bf16" and not resolve_precision("auto", device).bf16_supported:
-        return f"no bf16 matrix units on this {device} (a CPU needs AVX512-BF16/AMX): torch would emulate bf16, far slower than fp32"
+        return (
+            f"no bf16 matrix units on this {device} (a CPU needs AVX512-BF16/AMX): torch would emulate bf16, "
+            "far slower than fp32"
+        )
     return None
 
 
@@ -132,37 +135,31 @@ def fidelity(probe: Probe, reference: np.ndarray, candidate: np.ndarray) -> dict
     }
 
 
-def run(
-    model_name: str,
-    backends: list[str],
-    probe: Probe,
-    batch_size: int,
-    repeats: int,
-    threads: int,
-    out_dir: Path,
-    progress=print,
-) -> dict:
-    torch.set_num_threads(threads)
-    skipped = {b: reason for b in backends if (reason := skip_reason(b))}
-    timed = [b for b in backends if b not in skipped]
-    models = load_backends(model_name, timed, out_dir / "export", threads)
+def run(settings: EncodeBench, progress=print) -> dict:
+    torch.set_num_threads(settings.threads)
+    probe = wordnet_probe(settings.texts)
+    skipped = {b: reason for b in settings.backends if (reason := skip_reason(b))}
+    timed = [b for b in settings.backends if b not in skipped]
+    models = load_backends(settings.model, timed, settings.out / "export", settings.threads)
     texts = probe.documents
-    batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
+    batches = [texts[i : i + settings.batch_size] for i in range(0, len(texts), settings.batch_size)]
 
     def encode(backend, texts):
-        return models[backend].encode(texts, batch_size=batch_size, normalize_embeddings=True)
+        return models[backend].encode(texts, batch_size=settings.batch_size, normalize_embeddings=True)
 
     vectors = {b: encode(b, probe.texts) for b in {*timed, REFERENCE}}
     latencies = {b: [] for b in timed}
-    for rep in range(repeats):
+    for rep in range(settings.repeats):
         for backend in timed[rep % len(timed) :] + timed[: rep % len(timed)]:
             for batch in batches:
                 start = time.perf_counter()
                 encode(backend, batch)
                 latencies[backend].append(time.perf_counter() - start)
-            progress(f"pass {rep + 1}/{repeats} {backend}: {sum(latencies[backend][-len(batches) :]):.1f} s")
+            progress(
+                f"pass {rep + 1}/{settings.repeats} {backend}: {sum(latencies[backend][-len(batches) :]):.1f} s"
+            )
     rows = []
-    for backend in backends:
+    for backend in settings.backends:
         if backend in skipped:
             rows.append({"backend": backend, "skipped": skipped[backend]})
             continue
@@ -170,7 +167,7 @@ def run(
         rows.append(
             {
                 "backend": backend,
-                "texts/s": len(texts) * repeats / seconds.sum(),
+                "texts/s": len(texts) * settings.repeats / seconds.sum(),
                 "p50 s/batch": float(np.percentile(seconds, 50)),
                 "p95 s/batch": float(np.percentile(seconds, 95)),
                 **fidelity(probe, vectors[REFERENCE], vectors[backend]),
@@ -180,25 +177,26 @@ def run(
     for row in rows:
         if base and "texts/s" in row:
             row["vs torch-fp32"] = row["texts/s"] / base
-    settings = dict(
-        model=model_name,
+    described = dict(
+        model=settings.model,
         texts=len(texts),
         queries=len(probe.queries),
-        batch_size=batch_size,
-        repeats=repeats,
-        threads=threads,
+        batch_size=settings.batch_size,
+        repeats=settings.repeats,
+        threads=settings.threads,
     )
     columns = list(dict.fromkeys(c for r in rows for c in r if c != "skipped"))
     markdown = "\n\n".join(
         [
             "# neoembed bench encode --backends",
-            f"Settings: {settings}. texts/s and latency over {repeats} interleaved passes over the glosses. "
+            f"Settings: {described}. texts/s and latency over {settings.repeats} interleaved passes over the "
+            "glosses. "
             f"Against torch-fp32: the worst cosine over glosses and queries, the overlap of each gloss's "
             f"{K} nearest glosses, and retrieval recall@{K} of the example-sentence queries with its change.",
             markdown_table([r for r in rows if "skipped" not in r], columns),
             "\n".join(f"- {r['backend']} skipped: {r['skipped']}" for r in rows if "skipped" in r),
         ]
     )
-    payload = {"settings": settings, "rows": rows}
-    json_path, md_path = write_report(out_dir, "encode-backends", payload, markdown)
+    payload = {"settings": described, "rows": rows}
+    json_path, md_path = write_report(settings.out, "encode-backends", payload, markdown)
     return {**payload, "json": str(json_path), "markdown": str(md_path), "table": markdown}

@@ -275,7 +275,8 @@ def bench_model(
         rows.append(
             {
                 "model": label,
-                "path": f"neoembed serve {backend}, {settings.clients} clients x {settings.texts_per_request} texts/request",
+                "path": f"neoembed serve {backend}, {settings.clients} clients x "
+                f"{settings.texts_per_request} texts/request",
                 "texts/s": len(inputs) / best_wall,
                 "tokens/s": tokens / best_wall,
                 "ratio": best_direct / best_wall,

@@ -42,16 +42,7 @@ def encode(settings: EncodeBench) -> None:
     if settings.backends:
         from neoembed.bench import backends as bench_backends
 
-        result = bench_backends.run(
-            settings.model,
-            list(settings.backends),
-            bench_backends.wordnet_probe(settings.texts),
-            settings.batch_size,
-            settings.repeats,
-            settings.threads,
-            settings.out,
-        )
-        _echo_report(result)
+        _echo_report(bench_backends.run(settings))
         return
     _echo_report(bench_encode.run(settings))
 
