@@ -188,13 +188,15 @@ def bench_model(
     model: str,
     backends: list[str],
     inputs: list[str],
+    probe: inference_backends.Probe,
     settings: ServeBench,
     *,
     device: str,
     label: str,
     log_path: Path,
 ) -> dict:
-    """Direct encode vs a server per backend for `model` (named `label` in the report): rows and figures."""
+    """Direct encode vs a server per backend for `model` (named `label` in the report), with the fidelity of
+    what each server serves for `probe`: rows and figures."""
     from neoembed.embedder import load_embedder
 
     embedder = load_embedder(model, device=device)
@@ -206,7 +208,6 @@ def bench_model(
         ]
     )
     embedder.encode(inputs[:64])  # warm-up
-    probe = inference_backends.wordnet_probe(PROBE_SYNSETS)
     reference = embedder.encode(probe.texts, show_progress_bar=False)
     servers: dict[str, tuple[subprocess.Popen, int]] = {}
     direct_s: dict[int, list[float]] = {size: [] for size in settings.direct_batch_sizes}
@@ -335,6 +336,7 @@ def run(settings: ServeBench) -> dict:
     log_path.unlink(missing_ok=True)
     torch.set_num_threads(threads)
     inputs = [s.gloss for s in load_synsets()[: settings.texts]]
+    probe = inference_backends.wordnet_probe(PROBE_SYNSETS)  # the same for every model
     results = []
     for model in settings.models:
         path = str(neobert_export(out_dir / "neobert")) if model == "neobert" else model
@@ -344,6 +346,7 @@ def run(settings: ServeBench) -> dict:
                 path,
                 backends,
                 inputs,
+                probe,
                 settings,
                 device=device,
                 label=label,
