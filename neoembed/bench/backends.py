@@ -29,6 +29,7 @@ import torch
 
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import EncodeBench, InferenceBackend
+from neoembed.probe import worst_cosine
 
 BACKENDS = get_args(InferenceBackend)
 REFERENCE = "torch-fp32"
@@ -123,12 +124,13 @@ def retrieval_recall(probe: Probe, vectors: np.ndarray) -> float:
 
 def fidelity(probe: Probe, reference: np.ndarray, candidate: np.ndarray) -> dict:
     """How far `candidate`'s vectors of `probe.texts` are from `reference`'s (both in probe order)."""
-    reference, candidate = _normalised(reference), _normalised(candidate)
+    cosine = worst_cosine(reference, candidate)
+    reference, candidate = _normalised(reference), _normalised(candidate)  # inner-product search = cosine
     n = len(probe.documents)
     want, got = _top_k(reference[:n], reference[:n]), _top_k(candidate[:n], candidate[:n])
     recall = retrieval_recall(probe, candidate)
     return {
-        "worst cosine": float((reference * candidate).sum(1).min()),
+        "worst cosine": cosine,
         f"neighbour overlap@{K}": float(np.mean([len(set(w) & set(g)) / K for w, g in zip(want, got)])),
         f"recall@{K}": recall,
         f"recall@{K} change": recall - retrieval_recall(probe, reference),
