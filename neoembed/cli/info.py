@@ -1,5 +1,6 @@
 """`neoembed info`: versions, compute device, and the attention backends that can run here."""
 
+import os
 from importlib import metadata
 
 PACKAGES = (
@@ -26,6 +27,17 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _cpu_name() -> str:
+    import platform
+    from pathlib import Path
+
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+
+
 def info() -> None:
     """Print package versions, the compute device, and which attention backends are available."""
     import platform
@@ -35,7 +47,7 @@ def info() -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from neoembed.precision import resolve_precision
+    from neoembed.precision import CPU_BF16_ENV, resolve_precision
     from neoembed.pretrain.attention import available_backends
 
     console = Console()
@@ -50,7 +62,11 @@ def info() -> None:
         device.add_row("device", f"cuda: {torch.cuda.get_device_name()}")
     else:
         device.add_row("device", "cpu (no CUDA device)")
-    device.add_row("bf16 hardware", str(resolve_precision().bf16_supported))
+    bf16 = str(resolve_precision().bf16_supported)
+    if os.environ.get(CPU_BF16_ENV) is not None:
+        bf16 += f" (set by {CPU_BF16_ENV})"
+    device.add_row("bf16 hardware", bf16)
+    device.add_row("cpu", _cpu_name())
     device.add_row("cpu capability", torch.backends.cpu.get_cpu_capability())
     device.add_row("torch threads", str(torch.get_num_threads()))
     console.print(device)
