@@ -8,6 +8,9 @@ lower precision embeds the probe texts within `MIN_COSINE` of fp32. When the che
 - when the user named bf16/fp16, it is refused with an `InputError`: running a precision the user asked for
   but which changes the embeddings would be silent, and falling back would ignore the request.
 
+Only the encoder is lowered (`lower_encoder`): its token embeddings are cast up to fp32 before pooling, any
+dense layer and normalisation, so a normalised embedding has norm 1 to fp32 rounding in every dtype.
+
 Encode, serve, index build/add and the mining teacher all go through here; mteb-eval keeps fp32 by default.
 """
 
@@ -51,13 +54,29 @@ def probe_embeddings(model) -> np.ndarray:
     return model.encode(PROBE_TEXTS, batch_size=len(PROBE_TEXTS), convert_to_numpy=True).astype(np.float32)
 
 
+def _features_to_fp32(module, args, features: dict) -> dict:
+    return {
+        name: value.float() if torch.is_tensor(value) and value.is_floating_point() else value
+        for name, value in features.items()
+    }
+
+
+def lower_encoder(model, dtype: torch.dtype):
+    """A copy of the sentence-transformers `model` whose encoder (its first module) runs in `dtype` and whose
+    later modules (pooling, dense layers, normalisation) run in fp32 on the encoder's output cast up."""
+    lowered = copy.deepcopy(model)
+    lowered[0].to(dtype)
+    lowered[0].register_forward_hook(_features_to_fp32)
+    return lowered
+
+
 def to_inference_dtype(model, requested: str = "auto"):
     """(model, dtype name): `model` (fp32, as loaded) in the checked inference dtype for `requested`."""
     dtype = resolve_precision(requested, model.device.type).weight_dtype
     if dtype == torch.float32:
         return model, "float32"
     name = str(dtype).removeprefix("torch.")
-    lowered = copy.deepcopy(model).to(dtype)
+    lowered = lower_encoder(model, dtype)
     cosine = worst_cosine(probe_embeddings(model), probe_embeddings(lowered))
     if cosine >= MIN_COSINE:
         return lowered, name

@@ -17,7 +17,6 @@ so machine noise affects all backends alike: texts/s and p50/p95 seconds per bat
 
 from __future__ import annotations
 
-import copy
 import shutil
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import torch
 
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import EncodeBench, InferenceBackend
-from neoembed.probe import worst_cosine
+from neoembed.probe import lower_encoder, worst_cosine
 
 BACKENDS = get_args(InferenceBackend)
 REFERENCE = "torch-fp32"
@@ -93,7 +92,7 @@ def load_backends(model_name: str, backends: list[str], export_dir: Path, thread
     reference = load_embedder(model_name, device="cpu").eval()
     models = {REFERENCE: reference}
     if "torch-bf16" in backends:
-        models["torch-bf16"] = copy.deepcopy(reference).to(torch.bfloat16)
+        models["torch-bf16"] = lower_encoder(reference, torch.bfloat16)  # as encode and serve lower it
     if any(backend in ONNX_FILES for backend in backends):
         onnx_export(model_name, export_dir)
     for backend in backends:

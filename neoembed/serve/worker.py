@@ -114,8 +114,9 @@ class ModelRunner:
                 states = self._encoder(
                     input_ids=ids, cu_seqlens=cu_seqlens, max_seqlen=mask.shape[1], return_dict=True
                 ).last_hidden_state
-                tokens = states.new_zeros(*mask.shape, states.shape[-1])
-                tokens[mask] = states
+                # Cast up as `probe.lower_encoder`'s hook does: pooling and normalisation run in fp32.
+                tokens = states.new_zeros(*mask.shape, states.shape[-1], dtype=torch.float32)
+                tokens[mask] = states.float()
                 features = {"token_embeddings": tokens, "attention_mask": mask.long()}
                 modules = list(self.model)[1:]  # pooling, normalisation, ...: everything after the encoder
             else:
