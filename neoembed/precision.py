@@ -7,6 +7,7 @@ bf16/fp16 asks here, so `auto` means the same on every command.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -41,15 +42,31 @@ def cpu_has_bf16_units(capability: str, avx512_bf16: bool, amx_tile: bool) -> bo
     return capability == "AVX512" and (avx512_bf16 or amx_tile)
 
 
+# "1" or "0" answers "does this CPU have bf16 matrix units?" instead of the hardware. The test suite sets it to
+# run every dtype choice both ways on any machine (child processes, such as a server's, inherit it); a user
+# can set 0 to keep `auto` in fp32 on a machine where bf16 is not wanted.
+CPU_BF16_ENV = "NEOEMBED_CPU_BF16"
+
+
+def cpu_bf16_units() -> bool:
+    """Whether this CPU multiplies bf16 in hardware: the one place that asks, overridable by `CPU_BF16_ENV`."""
+    override = os.environ.get(CPU_BF16_ENV)
+    if override is not None:
+        if override not in ("0", "1"):
+            raise InputError(f"{CPU_BF16_ENV} must be 0 or 1, got {override!r}", param=CPU_BF16_ENV)
+        return override == "1"
+    return cpu_has_bf16_units(
+        torch.backends.cpu.get_cpu_capability(),
+        torch.cpu._is_avx512_bf16_supported(),
+        torch.cpu._is_amx_tile_supported(),
+    )
+
+
 def bf16_supported(device: str) -> bool:
     if device == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device == "cpu":
-        return cpu_has_bf16_units(
-            torch.backends.cpu.get_cpu_capability(),
-            torch.cpu._is_avx512_bf16_supported(),
-            torch.cpu._is_amx_tile_supported(),
-        )
+        return cpu_bf16_units()
     return False
 
 

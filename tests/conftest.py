@@ -19,6 +19,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(params=[False, True], ids=["no-bf16-units", "bf16-units"])
+def cpu_bf16(request, monkeypatch):
+    """Runs a test as on a CPU without bf16 matrix units and as on one with them, whatever this CPU has:
+    `auto` precision choices are tested both ways on every machine (child processes inherit the setting)."""
+    from neoembed.precision import CPU_BF16_ENV
+
+    monkeypatch.setenv(CPU_BF16_ENV, "1" if request.param else "0")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def minilm_path():
     """Directory of the packaged all-MiniLM-L6-v2 sentence-transformers model."""

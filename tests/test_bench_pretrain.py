@@ -15,7 +15,19 @@ def test_the_corpus_is_length_skewed():
 
 
 def test_bench_pretrain_reports_three_layouts_and_equal_losses(tmp_path):
-    args = ["bench", "pretrain", "--max-length", "64", "--token-budget", "256", "--steps", "1"]
+    # fp32, pinned: the three layouts' losses agree to 1e-5 and the peak is fp32's on any CPU.
+    args = [
+        "bench",
+        "pretrain",
+        "--max-length",
+        "64",
+        "--token-budget",
+        "256",
+        "--steps",
+        "1",
+        "--dtype",
+        "fp32",
+    ]
     result = CliRunner().invoke(app, [*args, "--threads", "1", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "pretrain.json").read_text())
@@ -29,7 +41,9 @@ def test_bench_pretrain_reports_three_layouts_and_equal_losses(tmp_path):
     assert report["loss_gap"] < 1e-5
 
 
-def test_bench_pretrain_takes_the_peak_from_the_flag(tmp_path):
+def test_bench_pretrain_takes_the_peak_from_the_flag_and_trains_auto_in_bf16_only_with_bf16_units(
+    tmp_path, cpu_bf16
+):
     args = [
         "bench",
         "pretrain",
@@ -47,5 +61,6 @@ def test_bench_pretrain_takes_the_peak_from_the_flag(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "pretrain.json").read_text())
     assert report["settings"]["peak_source"] == "--peak-tflops"
+    assert report["settings"]["dtype"] == ("bf16 autocast" if cpu_bf16 else "fp32")
     for row in report["rows"]:
         assert abs(row["MFU"] - row["TFLOP/s"] / 0.001) < 1e-9

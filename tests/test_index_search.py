@@ -1,4 +1,6 @@
-"""Index directories built with the packaged MiniLM: search, memory-mapped reload, mismatch, add, export, CLI."""
+"""Index directories built with the packaged MiniLM: search, memory-mapped reload, mismatch, add, export, CLI.
+
+Builds pin fp32 (`BUILD`), so vectors compare across builds, chunkings and resumes to 1e-5 on any CPU."""
 
 import json
 import shutil
@@ -33,6 +35,7 @@ TOPICS = {
     "gardening": "plant the tulip bulbs in autumn and water the roses in summer",
 }
 FACTORIES = ["Flat", "IVF4,Flat", "HNSW8"]
+BUILD = {"threads": 2, "tune_queries": 60, "dtype": "float32"}
 
 
 def _write_corpus(path, topics, per_topic=12, prefix=""):
@@ -57,7 +60,7 @@ def corpus(tmp_path_factory):
 def built(tmp_path_factory, corpus):
     """One index directory per factory: the corpus embedded once, then rebuilt from the stored vectors."""
     root = tmp_path_factory.mktemp("indexes")
-    manifests = {"Flat": build_index([corpus], root / "Flat", threads=2, tune_queries=60)}  # auto: Flat
+    manifests = {"Flat": build_index([corpus], root / "Flat", **BUILD)}  # auto: Flat
     for factory in FACTORIES[1:]:
         shutil.copytree(root / "Flat", _dir({"root": root}, factory))
         # settings and keyword fields together: both reach the manifest (tuning.queries, tuning.threads)
@@ -96,7 +99,7 @@ def test_manifest_records_model_dimension_and_measurements(built):
         )
         assert t.recall_at_10 >= 0.95 and t.curve[-1]["recall_at_10"] == t.recall_at_10
         vectors = read_vectors(_dir(built, factory) / "vectors.f32", 384)
-        assert vectors.shape == (72, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
+        assert vectors.shape == (72, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-6)
     for factory in FACTORIES[1:]:  # rebuilt in place: the Flat index file it replaced is gone
         assert not (_dir(built, factory) / built["Flat"].index_file).exists()
     assert built["IVF4,Flat"].search_params.keys() == {"nprobe"}
@@ -309,7 +312,7 @@ def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkey
 
     monkeypatch.setattr(vector_file, "embed", embed_then_fail)
     with pytest.raises(KeyboardInterrupt):
-        build_index([corpus], tmp_path / "index", threads=2, tune_queries=60)
+        build_index([corpus], tmp_path / "index", **BUILD)
     assert not (tmp_path / "index" / "manifest.json").exists()
     other = _write_corpus(tmp_path / "other.jsonl", {"music": TOPICS["music"]}, 3)
     with pytest.raises(IndexingError, match="holds an unfinished build of another corpus"):
@@ -320,7 +323,7 @@ def test_interrupted_build_resumes_without_re_embedding(corpus, tmp_path, monkey
         "embed",
         lambda model, texts, **kw: embedded.extend(texts) or real_embed(model, texts, **kw),
     )
-    manifest = build_index([corpus], tmp_path / "index", threads=2, tune_queries=60)
+    manifest = build_index([corpus], tmp_path / "index", **BUILD)
     assert len(embedded) == 22  # only the chunks the first run did not finish
     assert manifest.ntotal == 72 and not (tmp_path / "index" / "build_state.json").exists()
     resumed = read_vectors(tmp_path / "index" / "vectors.f32", 384)

@@ -22,12 +22,27 @@ def test_cpu_bf16_units_follow_torchs_reported_capability(capability, avx512_bf1
     assert cpu_has_bf16_units(capability, avx512_bf16, amx) is expected
 
 
-@pytest.mark.parametrize(("bf16", "weights"), [(True, torch.bfloat16), (False, torch.float32)])
-def test_auto_on_cpu_infers_and_trains_in_bf16_only_with_bf16_units(monkeypatch, bf16, weights):
-    monkeypatch.setattr(precision, "bf16_supported", lambda device: bf16)
+def test_auto_on_cpu_infers_and_trains_in_bf16_only_with_bf16_units(cpu_bf16):
     resolved = resolve_precision("auto", "cpu")
-    assert resolved.device == "cpu" and resolved.bf16_supported is bf16
-    assert resolved.weight_dtype == weights and resolved.train_bf16 is bf16 and not resolved.train_fp16
+    assert resolved.device == "cpu" and resolved.bf16_supported is cpu_bf16
+    assert resolved.weight_dtype == (torch.bfloat16 if cpu_bf16 else torch.float32)
+    assert resolved.train_bf16 is cpu_bf16 and not resolved.train_fp16
+
+
+def test_without_the_override_the_cpu_itself_answers(monkeypatch):
+    monkeypatch.delenv(precision.CPU_BF16_ENV, raising=False)
+    expected = cpu_has_bf16_units(
+        torch.backends.cpu.get_cpu_capability(),
+        torch.cpu._is_avx512_bf16_supported(),
+        torch.cpu._is_amx_tile_supported(),
+    )
+    assert precision.cpu_bf16_units() is expected
+
+
+def test_an_override_other_than_0_or_1_is_an_input_error(monkeypatch):
+    monkeypatch.setenv(precision.CPU_BF16_ENV, "yes")
+    with pytest.raises(InputError, match="NEOEMBED_CPU_BF16 must be 0 or 1, got 'yes'"):
+        resolve_precision("auto", "cpu")
 
 
 @pytest.mark.parametrize(

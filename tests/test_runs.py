@@ -71,7 +71,7 @@ def test_metrics_log_writes_from_the_main_process_and_stops_on_a_non_finite_loss
     assert lines == [{"step": 1, "loss": 2.5, "epoch": 0.1}]
 
 
-def test_the_three_trainers_share_their_common_training_arguments(tmp_path):
+def test_the_three_trainers_share_their_common_training_arguments(tmp_path, cpu_bf16):
     from neoembed.contrastive.settings import ContrastiveSettings
     from neoembed.contrastive.train import training_arguments as contrastive_arguments
     from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters
@@ -85,8 +85,10 @@ def test_the_three_trainers_share_their_common_training_arguments(tmp_path):
     )
     glue = glue_arguments(GlueSettings(), Hyperparameters(16, 2e-5, 0.01), tmp_path / "g")
     for args in (contrastive, glue):
-        assert args.report_to == [] and args.seed == 0 and not args.bf16
+        assert args.report_to == [] and args.seed == 0
         assert args.dataloader_num_workers == 0
+    assert contrastive.bf16 is cpu_bf16  # precision auto: bf16 autocast where the CPU has bf16 units
+    assert not glue.bf16  # GLUE's default is fp32
     assert contrastive.save_strategy == "steps" and not contrastive.logging_nan_inf_filter
     assert glue.save_strategy == "epoch" and glue.logging_nan_inf_filter  # a NaN grid point scores low
     assert glue.ddp_find_unused_parameters is False and contrastive.ddp_find_unused_parameters is True

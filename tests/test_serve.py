@@ -2,7 +2,9 @@
 
 MiniLM is served by two apps: `url` with the defaults, and `tight_url` with small limits (batch budget,
 queue, items, body) plus an API key and truncation, to exercise every limit. Each app loads the model in
-its own inference process; `model`, loaded here, gives the `SentenceTransformer.encode` reference.
+its own inference process; `model`, loaded here, gives the `SentenceTransformer.encode` reference. Both
+apps serve in fp32, pinned, so served vectors equal that reference to 1e-5 on any CPU; bf16 serving has
+its own tests in test_serve_models.py.
 """
 
 import asyncio
@@ -42,7 +44,7 @@ def model(minilm_path):
 @pytest.fixture(scope="module")
 def url():
     # One intra-op thread: the server shares 2 cores with its clients here.
-    with serve_in_thread(create_app(ServeSettings(model="minilm", threads=1))) as base:
+    with serve_in_thread(create_app(ServeSettings(model="minilm", threads=1, dtype="float32"))) as base:
         yield base
 
 
@@ -51,6 +53,7 @@ def tight_url():
     settings = ServeSettings(
         model="minilm",
         threads=1,
+        dtype="float32",
         served_model_name="tight",
         api_key=KEY,
         truncate=True,
@@ -397,7 +400,7 @@ def test_truncation_is_applied_and_reported(tight_url, model):
 
 def test_graceful_shutdown_finishes_accepted_requests(model):
     texts = [f"sentence number {i} waiting in the queue during shutdown" for i in range(300)]
-    app = create_app(ServeSettings(model="minilm", max_batch_tokens=256, threads=1))
+    app = create_app(ServeSettings(model="minilm", max_batch_tokens=256, threads=1, dtype="float32"))
     result = {}
     with serve_in_thread(app) as base:
 

@@ -1,4 +1,5 @@
-"""Serving beyond the default app: an index on POST /search, and a NeoBERT sentence-transformers directory."""
+"""Serving beyond the default app: an index on POST /search, a NeoBERT sentence-transformers directory, and
+bf16. Tests that compare served vectors with fp32 `encode` to 1e-5 pin fp32; bf16 has its own tolerances."""
 
 import json
 
@@ -13,6 +14,7 @@ from neoembed.embedder import load_embedder
 from neoembed.index import build_index
 from neoembed.pretrain import NeoBERTModel, tiny_config
 from neoembed.pretrain.tokenizer import load_tokenizer
+from neoembed.probe import worst_cosine
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 
 DOCS = [
@@ -37,7 +39,7 @@ def index_dir(tmp_path_factory, minilm_path):
     corpus.write_text(
         "".join(json.dumps({"id": i, "text": t, "topic": topic}) + "\n" for i, t, topic in DOCS)
     )
-    build_index([corpus], root / "index", model=str(minilm_path), tune_queries=len(DOCS))
+    build_index([corpus], root / "index", model=str(minilm_path), tune_queries=len(DOCS), dtype="float32")
     return root / "index"
 
 
@@ -52,7 +54,7 @@ def neobert_dir(tmp_path_factory):
 
 
 def test_search_returns_ranked_documents_with_metadata(index_dir, minilm_path, minilm):
-    settings = ServeSettings(model=str(minilm_path), index=index_dir)
+    settings = ServeSettings(model=str(minilm_path), index=index_dir, dtype="float32")
     with serve_in_thread(create_app(settings)) as base:
         info = httpx.get(f"{base}/info").json()["index"]
         assert info["documents"] == len(DOCS)
@@ -72,13 +74,27 @@ def test_search_returns_ranked_documents_with_metadata(index_dir, minilm_path, m
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "k"
 
 
-def test_an_index_serves_next_to_a_half_precision_model(index_dir, minilm_path):
-    """The index is checked against the stored weights; the bf16 conversion for serving comes after."""
+def test_a_bf16_model_serves_unit_vectors_close_to_fp32_next_to_its_index(index_dir, minilm_path, minilm):
+    """The index is checked against the stored weights; the bf16 conversion for serving comes after. The
+    encoder runs in bf16, MiniLM's pooling and Normalize module in fp32: its raw output has norm 1 to fp32
+    rounding, and stays within bf16's error of the fp32 embedding."""
+    texts = [text for _, text, _ in DOCS]
     settings = ServeSettings(model=str(minilm_path), index=index_dir, dtype="bfloat16")
     with serve_in_thread(create_app(settings)) as base:
+        dtype = httpx.get(f"{base}/info").json()["dtype"]
+        raw = np.array(httpx.post(f"{base}/embed", json={"inputs": texts, "normalize": False}).json())
         body = {"query": ["an instrument with keys and hammers"], "k": 1}
         results = httpx.post(f"{base}/search", json=body).json()["results"]
-        assert results[0]["hits"][0]["id"] == "piano"
+    assert dtype == "bfloat16"
+    np.testing.assert_allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-6)
+    assert worst_cosine(minilm.encode(texts), raw) > 0.99
+    assert results[0]["hits"][0]["id"] == "piano"
+
+
+def test_auto_serves_in_bf16_exactly_where_the_cpu_has_bf16_units(neobert_dir, cpu_bf16):
+    with serve_in_thread(create_app(ServeSettings(model=str(neobert_dir)))) as base:
+        dtype = httpx.get(f"{base}/info").json()["dtype"]
+    assert dtype == ("bfloat16" if cpu_bf16 else "float32")
 
 
 def test_a_max_length_beyond_the_model_positions_is_refused(minilm_path):
@@ -95,7 +111,7 @@ def test_index_built_with_another_model_is_refused_at_start(index_dir, neobert_d
 
 def test_serves_a_neobert_sentence_transformers_directory(neobert_dir):
     # The real loading path (load_embedder via the settings), as `neoembed serve --model DIR` does.
-    app = create_app(ServeSettings(model=str(neobert_dir)))
+    app = create_app(ServeSettings(model=str(neobert_dir), dtype="float32"))
     reference = SentenceTransformer(str(neobert_dir), device="cpu")
     texts = ["a short one", "a much longer sentence with many more words in it than the first"]
     with serve_in_thread(app) as base:
