@@ -6,6 +6,6 @@ Importing the package registers NeoBERT (model_type `neobert`) with the transfor
 
 __version__ = "0.1.0"
 
-from neoembed.pretrain import register_auto_classes as _register_auto_classes
+from neoembed.pretrain.neobert import register_auto_classes as _register_auto_classes
 
 _register_auto_classes()

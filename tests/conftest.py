@@ -40,8 +40,8 @@ def minilm_path():
 @pytest.fixture(scope="module")
 def neobert_dir(tmp_path_factory):
     """A tiny random NeoBERT saved with the packaged bert-base-uncased tokenizer: a loadable encoder directory."""
-    from neoembed.pretrain import NeoBERTModel, tiny_config
-    from neoembed.pretrain.tokenizer import load_tokenizer
+    from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
+    from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 
     path = tmp_path_factory.mktemp("neobert")
     NeoBERTModel(tiny_config()).eval().save_pretrained(path)

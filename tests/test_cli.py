@@ -134,10 +134,10 @@ def test_recipes_resolve_by_name_from_any_directory(tmp_path, monkeypatch):
 
 
 def test_a_recipe_names_the_shipped_deepspeed_config_from_any_directory(tmp_path, monkeypatch):
-    from neoembed.contrastive.settings import TrainSettings
     from neoembed.packaged import recipes_dir
     from neoembed.pretrain.settings import PretrainSettings
     from neoembed.recipes import RecipeError, load_recipe
+    from neoembed.training import TrainSettings
 
     monkeypatch.chdir(tmp_path)  # no recipes/ folder here
     shipped = str(recipes_dir() / "deepspeed-zero2.json")

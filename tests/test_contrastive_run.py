@@ -192,8 +192,8 @@ def encode_in_fresh_process(path: Path, remote: bool) -> torch.Tensor:
 
 
 def test_neobert_export_loads_with_neoembed_and_with_remote_code_without_it(tmp_path, build):
-    from neoembed.pretrain import NeoBERTModel, tiny_config
-    from neoembed.pretrain.tokenizer import load_tokenizer
+    from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
+    from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 
     base = tmp_path / "neobert"
     NeoBERTModel(tiny_config()).save_pretrained(base)
@@ -293,8 +293,8 @@ def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(
 
 
 def tiny_neobert_dir(root: Path) -> Path:
-    from neoembed.pretrain import NeoBERTModel, tiny_config
-    from neoembed.pretrain.tokenizer import load_tokenizer
+    from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
+    from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 
     base = root / "neobert"
     NeoBERTModel(tiny_config()).save_pretrained(base)
@@ -431,7 +431,7 @@ import json, sys
 import torch
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.contrastive.train import run_contrastive
-from neoembed.runs import release_process_group
+from neoembed.training import release_process_group
 
 torch.set_num_threads(1)
 run_contrastive(ContrastiveSettings.model_validate(json.loads(sys.argv[1])))

@@ -106,12 +106,8 @@ def test_hub_loading_offline_says_what_to_do():
 def test_recipe_is_the_paper_protocol_and_the_defaults():
     recipe = load_settings(RECIPE)
     assert recipe == GlueSettings()
-    assert (recipe.adam_beta1, recipe.adam_beta2, recipe.warmup_ratio, recipe.max_epochs) == (
-        0.9,
-        0.95,
-        0.06,
-        10,
-    )
+    assert (recipe.optim.betas, recipe.optim.warmup_steps, recipe.train.max_epochs) == ((0.9, 0.95), 0.06, 10)
+    assert recipe.train.precision == "fp32" and recipe.optim.eps == 1e-8
     points = recipe.points(grid=True)
     assert len(points) == 4 * 5 * 2 and len(set(points)) == 40
     assert {p.batch_size for p in points} == {4, 8, 16, 32}
@@ -126,21 +122,21 @@ def test_recipe_errors_name_the_field(tmp_path):
     for text, message in [
         ("max_epoch: 3\n", "field max_epoch: unknown field"),
         ("grid: {batch_size: [0, 8]}\n", r"field grid\.batch_size\.0: Input should be greater than 0"),
-        ("learning_rate: fast\n", "field learning_rate: Input should be a valid number"),
+        ("optim: {lr: fast}\n", "field optim.lr: Input should be a valid number"),
         ("transfer: {tasks: [rte, sst3]}\n", "field transfer.tasks: .*unknown GLUE task 'sst3'"),
         ("- 1\n", "expected a mapping of fields"),
     ]:
         bad.write_text(text)
         with pytest.raises(GlueError, match=message):
             load_settings(bad)
-    with pytest.raises(GlueError, match="field early_stopping_patience"):
-        load_settings(overrides={"early_stopping_patience": 0})
+    with pytest.raises(GlueError, match="field train.early_stopping_patience"):
+        load_settings(overrides={"train.early_stopping_patience": 0})
     assert load_settings(overrides={"transfer.enabled": False}).transfer.tasks == ["rte", "mrpc", "stsb"]
 
 
 @pytest.fixture(scope="module")
 def no_tokenizer_model(tmp_path_factory):
-    from neoembed.pretrain import NeoBERTModel, tiny_config
+    from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
 
     path = tmp_path_factory.mktemp("neobert-no-tokenizer")
     NeoBERTModel(tiny_config(num_hidden_layers=1, hidden_size=32, num_attention_heads=2)).save_pretrained(
@@ -157,7 +153,7 @@ def test_model_without_tokenizer(no_tokenizer_model, minilm_path):
 
 
 def test_tokenizer_larger_than_the_model_vocabulary(tmp_path, minilm_path):
-    from neoembed.pretrain import NeoBERTModel, tiny_config
+    from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
 
     NeoBERTModel(tiny_config(num_hidden_layers=1, vocab_size=1000)).save_pretrained(tmp_path)
     with pytest.raises(GlueError, match="30522 ids but model .* embeds only 1000"):

@@ -18,7 +18,13 @@ from neoembed.evaluation.glue.model import load_glue_model
 from neoembed.evaluation.glue.synthetic import write_synthetic
 from neoembed.evaluation.glue.tasks import TASKS
 
-QUICK = dict(max_epochs=1, max_train_samples=32, learning_rate=2e-3, batch_size=16, logging_steps=1)
+QUICK = {
+    "train.max_epochs": 1,
+    "max_train_samples": 32,
+    "optim.lr": 2e-3,
+    "train.batch_size": 16,
+    "train.log_steps": 1,
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,8 +39,8 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def tiny_neobert(tmp_path_factory):
-    from neoembed.pretrain import NeoBERTModel, tiny_config
-    from neoembed.pretrain.tokenizer import load_tokenizer
+    from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
+    from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny-neobert")
@@ -57,7 +63,7 @@ def _rows(path: Path) -> list[list[str]]:
 
 def test_classification_and_regression_beat_the_baselines(tiny_neobert, glue_dir, tmp_path):
     settings = load_settings(
-        overrides={"learning_rate": 2e-3, "batch_size": 8, "max_epochs": 4, "transfer.enabled": False}
+        overrides={"optim.lr": 2e-3, "train.batch_size": 8, "train.max_epochs": 4, "transfer.enabled": False}
     )
     results = run_glue(
         tiny_neobert, select_tasks(["sst2", "stsb"], []), settings, tmp_path, data_dir=glue_dir
@@ -112,8 +118,8 @@ def test_mnli_transfer(tiny_neobert, glue_dir, tmp_path):
 def test_cli_grid_resume_and_errors(tiny_neobert, glue_dir, tmp_path):
     recipe = tmp_path / "grid.yaml"
     recipe.write_text(
-        "tasks: [sst2]\ngrid: {batch_size: [8, 16], learning_rate: [2.0e-3], weight_decay: [0.01]}\n"
-        "max_epochs: 1\nmax_train_samples: 32\nlogging_steps: 1\n"
+        "tasks: [sst2]\ngrid: {batch_size: [8, 16], lr: [2.0e-3], weight_decay: [0.01]}\n"
+        "max_train_samples: 32\ntrain: {max_epochs: 1, log_steps: 1}\n"
     )
     out = tmp_path / "out"
     args = [
@@ -154,7 +160,7 @@ def test_cli_grid_resume_and_errors(tiny_neobert, glue_dir, tmp_path):
     # A narrower rerun of the worse point alone (set through generic field overrides) still reports the
     # best model on disk, not the point it ran.
     worse = min(runs, key=lambda r: r["score"])["hyperparameters"]["batch_size"]
-    single = [a for a in args if a != "--grid"] + ["--batch_size", str(worse), "--learning_rate", "0.002"]
+    single = [a for a in args if a != "--grid"] + ["--train.batch_size", str(worse), "--optim.lr", "0.002"]
     narrower = CliRunner().invoke(app, [*single, "-o", str(out)])
     assert narrower.exit_code == 0 and "done before" in narrower.output, narrower.output
     summary = json.loads((out / "glue.json").read_text())

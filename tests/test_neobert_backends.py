@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import neoembed  # noqa: F401  (registers the Auto classes)
-from neoembed.pretrain import NeoBERTForMaskedLM, NeoBERTModel, attention, tiny_config
-from neoembed.pretrain.attention import choose_backend, varlen_kernel_for
+from neoembed.pretrain.neobert import NeoBERTForMaskedLM, NeoBERTModel, attention, tiny_config
+from neoembed.pretrain.neobert.attention import choose_backend, varlen_kernel_for
 
 BOTH = frozenset({"flash_attn", "torch_varlen"})
 NONE = frozenset()
@@ -216,7 +216,7 @@ def test_compiled_layers_equal_eager_on_padded_unpadded_and_packed_batches():
 
 @pytest.mark.slow
 def test_compiled_layers_train_like_eager():
-    from neoembed.pretrain.modeling import NeoBERTForMaskedLM
+    from neoembed.pretrain.neobert.modeling import NeoBERTForMaskedLM
 
     eager = NeoBERTForMaskedLM(tiny_config(num_hidden_layers=1))
     compiled = NeoBERTForMaskedLM(tiny_config(num_hidden_layers=1))
@@ -281,7 +281,7 @@ def test_the_traceable_unpadded_path_equals_padded_sdpa_on_real_tokens(monkeypat
     model.config.attn_backend = "sdpa"
     with torch.no_grad():
         padded = model(input_ids=ids, attention_mask=mask).last_hidden_state
-    monkeypatch.setattr("neoembed.pretrain.modeling.tracing", lambda: True)
+    monkeypatch.setattr("neoembed.pretrain.neobert.modeling.tracing", lambda: True)
     model.config.attn_backend = "auto"
     with torch.no_grad():
         repadded = model(input_ids=ids, attention_mask=mask).last_hidden_state

@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import save_file
 
 import neoembed  # noqa: F401  (registers the Auto classes)
-from neoembed.pretrain import NeoBERTConfig, NeoBERTForMaskedLM, NeoBERTModel, tiny_config
-from neoembed.pretrain.modeling import positions_from_cu_seqlens
+from neoembed.pretrain.neobert import NeoBERTConfig, NeoBERTForMaskedLM, NeoBERTModel, tiny_config
+from neoembed.pretrain.neobert.modeling import positions_from_cu_seqlens
 
 TOL = 1e-5
 
@@ -61,7 +61,7 @@ def test_unpadded_path_equals_padded_path():
 
 def test_grouped_short_sequences_equal_padded_attention():
     """Short sequences of similar length share one masked SDPA call; each still sees only itself."""
-    from neoembed.pretrain.attention import GROUP_UP_TO, _length_groups
+    from neoembed.pretrain.neobert.attention import GROUP_UP_TO, _length_groups
 
     lengths = [20, 19, 18, 17, 40, 3, 3, GROUP_UP_TO + 50, GROUP_UP_TO + 40]
     groups = _length_groups(lengths)
@@ -257,8 +257,8 @@ def test_meta_device_init_and_dtype_casts_keep_rope_correct():
 
 
 def test_norm_and_rope_compute_in_fp32_for_bf16_inputs():
-    from neoembed.pretrain.modeling import RMSNorm
-    from neoembed.pretrain.rope import apply_rotary
+    from neoembed.pretrain.neobert.modeling import RMSNorm
+    from neoembed.pretrain.neobert.rope import apply_rotary
 
     x = torch.randn(4, 64).to(torch.bfloat16)
     norm = RMSNorm(64, eps=1e-5)
@@ -405,7 +405,7 @@ def test_padded_forward_compiles_without_graph_breaks():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_varlen_kernels_match_padded_sdpa_in_bf16_forward_and_backward():
-    from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
+    from neoembed.pretrain.neobert.attention import importable_kernels, varlen_kernel_for
 
     assert varlen_kernel_for("cuda", torch.bfloat16, importable_kernels()) != "sdpa_per_sequence"
     padded = NeoBERTForMaskedLM(tiny_config(attn_backend="sdpa")).cuda().to(torch.bfloat16)

@@ -3,8 +3,8 @@
 import torch
 
 import neoembed  # noqa: F401  (registers NeoBERT with the Auto classes)
-from neoembed.pretrain import NeoBERTModel, tiny_config
-from neoembed.pretrain.tokenizer import load_tokenizer
+from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
+from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 
 
 def test_tokenizer_is_bert_base_uncased():

@@ -8,7 +8,6 @@ import pytest
 import torch
 from synthetic_text import random_documents
 
-from neoembed.pretrain import NeoBERTForMaskedLM, tiny_config
 from neoembed.pretrain.batches import (
     MLMBatches,
     batch_counts,
@@ -17,8 +16,9 @@ from neoembed.pretrain.batches import (
     plan_rows,
     tokenize_documents,
 )
+from neoembed.pretrain.neobert import NeoBERTForMaskedLM, tiny_config
+from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 from neoembed.pretrain.schedule import lr_multiplier, wsd_multiplier
-from neoembed.pretrain.tokenizer import load_tokenizer
 
 MASK, VOCAB = 103, 30522
 

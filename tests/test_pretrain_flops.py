@@ -2,8 +2,8 @@
 
 import pytest
 
-from neoembed.pretrain import NeoBERTConfig, tiny_config
-from neoembed.pretrain.flops import forward_flops, known_peak_tflops, training_flops
+from neoembed.pretrain.neobert import NeoBERTConfig, tiny_config
+from neoembed.pretrain.neobert.flops import forward_flops, known_peak_tflops, training_flops
 
 
 @pytest.mark.parametrize(

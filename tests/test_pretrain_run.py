@@ -229,7 +229,7 @@ def test_cli_reports_recipe_errors_without_a_traceback(tmp_path):
 
 
 def test_a_diverging_run_stops_with_a_clear_message_and_saves_nothing_after(tmp_path):
-    from neoembed.runs import TrainingDiverged
+    from neoembed.training import TrainingDiverged
 
     recipe = tiny_recipe(tmp_path, max_steps=40, save_steps=2, log_steps=1, eval_steps=40)
     recipe["optim"] = {"lr": 1e6, "warmup_steps": 0}  # AdamW steps of ~1e6 per weight: the loss overflows

@@ -18,8 +18,8 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from neoembed.embedder import load_embedder
-from neoembed.pretrain import NeoBERTConfig, NeoBERTModel
-from neoembed.pretrain.tokenizer import load_tokenizer
+from neoembed.pretrain.neobert import NeoBERTConfig, NeoBERTModel
+from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 
 CLIENTS = 24

@@ -12,8 +12,8 @@ from sentence_transformers import SentenceTransformer
 
 from neoembed.embedder import load_embedder
 from neoembed.index import build_index
-from neoembed.pretrain import NeoBERTModel, tiny_config
-from neoembed.pretrain.tokenizer import load_tokenizer
+from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
+from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 from neoembed.probe import worst_cosine
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 

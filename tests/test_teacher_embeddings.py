@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 from neoembed.pretrain.settings import PretrainSettings
-from neoembed.pretrain.tokenizer import load_tokenizer
 from neoembed.pretrain.train import build_model
 from neoembed.recipes import RecipeError
 

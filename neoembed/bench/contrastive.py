@@ -29,7 +29,7 @@ import torch
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.errors import InputError
-from neoembed.runs import METRICS_FILE, write_json
+from neoembed.run_files import METRICS_FILE, write_json
 
 EXAMPLE_TASK = "WordNetExampleDefinitionRetrieval"
 LEMMA_TASK = "WordNetDefinitionRetrieval"

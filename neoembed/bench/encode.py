@@ -25,10 +25,17 @@ import torch
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
-from neoembed.pretrain import NeoBERTConfig, NeoBERTModel, tiny_config
-from neoembed.pretrain.attention import choose_backend, importable_kernels, varlen_kernel_for
 from neoembed.pretrain.batches import padded_width
-from neoembed.pretrain.flops import device_peak, forward_flops
+from neoembed.pretrain.neobert import (
+    NeoBERTConfig,
+    NeoBERTModel,
+    choose_backend,
+    device_peak,
+    forward_flops,
+    importable_kernels,
+    tiny_config,
+    varlen_kernel_for,
+)
 
 CONFIGS = {"tiny": tiny_config, "full": NeoBERTConfig}
 # The ModernBERT each NeoBERT size is compared with: ModernBERT-base's defaults for the 250M model, and a

@@ -22,11 +22,16 @@ import torch
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import PretrainBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
-from neoembed.pretrain import NeoBERTConfig, NeoBERTForMaskedLM
-from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
 from neoembed.pretrain.batches import MLMBatches, batch_counts, packed_to_padded
-from neoembed.pretrain.flops import device_peak, training_flops
-from neoembed.pretrain.tokenizer import load_tokenizer
+from neoembed.pretrain.neobert import (
+    NeoBERTConfig,
+    NeoBERTForMaskedLM,
+    device_peak,
+    importable_kernels,
+    load_tokenizer,
+    training_flops,
+    varlen_kernel_for,
+)
 
 CONFIGS = {
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),

@@ -48,7 +48,7 @@ from neoembed.bench import load
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import ServeBench
 from neoembed.errors import InputError
-from neoembed.runs import append_jsonl
+from neoembed.run_files import append_jsonl
 
 TARGET_RATIO = 0.9  # server throughput over direct encode at batch 32
 HEALTH_TARGET_MS = 100.0  # /health p95 while the server is loaded
@@ -69,8 +69,7 @@ def neobert_export(directory: Path) -> Path:
     if not (embedder / "modules.json").exists():
         from sentence_transformers import SentenceTransformer
 
-        from neoembed.pretrain import NeoBERTConfig, NeoBERTModel
-        from neoembed.pretrain.tokenizer import load_tokenizer
+        from neoembed.pretrain.neobert import NeoBERTConfig, NeoBERTModel, load_tokenizer
 
         max_length = QUICKSTART_NEOBERT["max_length"]
         NeoBERTModel(NeoBERTConfig(**QUICKSTART_NEOBERT)).eval().save_pretrained(directory / "backbone")

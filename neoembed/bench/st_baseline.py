@@ -36,7 +36,8 @@ def train(base: str, data: Path, out: Path, minutes: float, export: Path) -> dic
 
     from neoembed.contrastive.train import TimeBudget
     from neoembed.embedder import load_embedder
-    from neoembed.runs import METRICS_FILE, MetricsLog
+    from neoembed.run_files import METRICS_FILE
+    from neoembed.training import MetricsLog
 
     model = load_embedder(base)
     model.model_card_data.local_files_only = True  # the saved model card: no Hub look-ups (offline here)

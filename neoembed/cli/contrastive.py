@@ -15,7 +15,7 @@ def contrastive(settings: ContrastiveSettings) -> None:
     --model.base path/to/neobert). Re-running resumes from the newest complete checkpoint."""
     from neoembed.contrastive.model_card import relative_change
     from neoembed.contrastive.train import run_contrastive
-    from neoembed.runs import release_process_group
+    from neoembed.training import release_process_group
 
     summary = run_contrastive(settings)
     release_process_group()

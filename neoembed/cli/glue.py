@@ -19,17 +19,18 @@ console = Console()
     GlueSettings,
     default_recipe="glue",
     shortcuts=[
-        Flag("max_epochs", ("--epochs",)),
-        Flag("batch_size"),
-        Flag("learning_rate", ("--lr",)),
-        Flag("weight_decay"),
-        Flag("early_stopping_patience", ("--patience",)),
+        Flag("train.max_epochs", ("--epochs",)),
+        Flag("train.batch_size"),
+        Flag("optim.lr", ("--lr",)),
+        Flag("optim.weight_decay"),
+        Flag("train.early_stopping_patience", ("--patience",)),
         Flag("max_length"),
-        Flag("eval_steps"),
+        Flag("train.eval_steps"),
         Flag("max_train_samples"),
         Flag("max_eval_samples"),
-        Flag("seed"),
-        Flag("bf16", ("--bf16/--fp32",)),
+        Flag("train.seed"),
+        Flag("train.precision"),
+        Flag("train.threads"),
         Flag("transfer.enabled", ("--transfer/--no-transfer",)),
     ],
 )
@@ -65,19 +66,14 @@ def glue(
     mnli_checkpoint: Annotated[
         str | None, typer.Option(help="An MNLI fine-tuned model to transfer from (instead of running MNLI).")
     ] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's).")] = None,
 ) -> None:
     """Fine-tune on GLUE tasks (paper's protocol: AdamW 0.9/0.95, 6% warmup, linear decay, early stopping).
 
-    Any recipe field can also be set as `--field value` or `--section.field value` (e.g. --adam_beta2 0.98
-    --grid.learning_rate "[1e-5, 2e-5]"); the flags above are shortcuts for the common ones."""
+    Any recipe field can also be set as `--field value` or `--section.field value` (e.g. --optim.betas
+    "[0.9, 0.98]" --grid.lr "[1e-5, 2e-5]"); the flags above are shortcuts for the common ones."""
     from neoembed.evaluation.glue import run_glue, select_tasks, write_report
     from neoembed.recipes import dump_recipe
 
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     tasks = select_tasks(split_commas(task or []), settings.tasks)
     dump_recipe(settings, output / "recipe.yaml")
     results = run_glue(

@@ -48,7 +48,7 @@ def info() -> None:
     from rich.table import Table
 
     from neoembed.precision import CPU_BF16_ENV, resolve_precision
-    from neoembed.pretrain.attention import available_backends
+    from neoembed.pretrain.neobert import available_backends
 
     console = Console()
     versions = Table("package", "version", title="Versions")

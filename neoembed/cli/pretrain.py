@@ -13,7 +13,7 @@ def pretrain(settings: PretrainSettings) -> None:
     """Pretrain NeoBERT with masked language modelling; extra `--section.field value` pairs override the
     recipe (e.g. --train.max_steps 50 --data.mode padded). Re-running resumes from the newest checkpoint."""
     from neoembed.pretrain.train import run_pretraining
-    from neoembed.runs import release_process_group
+    from neoembed.training import release_process_group
 
     final = run_pretraining(settings)
     release_process_group()

@@ -34,7 +34,7 @@ from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.embedder import EmbedderError, load_embedder, model_fingerprint
 from neoembed.errors import RunError
 from neoembed.recipes import RecipeError
-from neoembed.runs import write_json
+from neoembed.run_files import write_json
 from neoembed.vector_file import embed_to_file
 
 CACHE_DIR = "teacher"  # under train.output_dir

@@ -17,7 +17,7 @@ from neoembed.contrastive.model import BaseModelError
 from neoembed.contrastive.model_card import TrainingFacts, is_hub_id, model_card
 from neoembed.embedder import position_limit
 from neoembed.evaluation.model_meta import export_model_meta, write_model_meta
-from neoembed.runs import write_text
+from neoembed.run_files import write_text
 
 NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")
 NEOBERT_AUTO_MAP = {
@@ -126,7 +126,7 @@ def write_portable_configs(path: Path, model) -> None:
 
 def add_remote_code(path: Path) -> None:
     """Copy NeoBERT's modeling sources beside the config, with `auto_map`, for `trust_remote_code` loading."""
-    source = resources.files("neoembed.pretrain")
+    source = resources.files("neoembed.pretrain.neobert")
     config_file = next(path.rglob("config.json"))  # the Transformer module's folder (the root in ST 6)
     for name in NEOBERT_SOURCES:
         (config_file.parent / name).write_bytes(source.joinpath(name).read_bytes())

@@ -8,7 +8,8 @@ import yaml
 from pydantic import Field, model_validator
 
 from neoembed.data.foldoc import HELDOUT_CORPUS, HELDOUT_QUERIES
-from neoembed.recipes import PackagedFile, StrictSettings
+from neoembed.recipes import StrictSettings
+from neoembed.training import OptimSettings, TrainSettings
 
 
 class PromptSettings(StrictSettings):
@@ -94,32 +95,24 @@ class LossSettings(StrictSettings):
         return self
 
 
-class OptimSettings(StrictSettings):
-    lr: float = Field(default=1e-4, gt=0.0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = Field(default=0.01, ge=0.0)
-    eps: float = 1e-8
-    warmup_steps: int = Field(default=2000, ge=0)
+class ContrastiveOptim(OptimSettings):
+    """The paper's contrastive protocol: AdamW at 1e-4, betas (0.9, 0.95), weight decay 0.01, 2000 warmup steps."""
+
     schedule: Literal["linear", "cosine", "constant_with_warmup"] = "linear"
-    max_grad_norm: float = Field(default=1.0, gt=0.0)
+    """The learning rate after the warmup (the Trainer's lr_scheduler_type)."""
 
 
-class TrainSettings(StrictSettings):
+class ContrastiveTrain(TrainSettings):
     output_dir: str = "runs/contrastive"
+    """Checkpoints, metrics.jsonl, the recorded recipe, summary.json and (by default) the export."""
     max_steps: int = Field(default=2000, gt=0)
     """Optimisation steps."""
-    batch_size: int = Field(default=32, gt=0)  # rows per device per micro-step
-    grad_accum: int = Field(default=1, gt=0)
-    seed: int = 0
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where bf16 has hardware
-    compile: bool = False  # torch.compile the encoder (NeoBERT: each block's work around attention)
-    log_steps: int = Field(default=10, gt=0)
+    batch_size: int = Field(default=32, gt=0)
+    """Rows per device per micro-step."""
     eval_steps: int = Field(default=200, gt=0)
-    save_steps: int = Field(default=500, gt=0)
-    keep_checkpoints: int = Field(default=2, gt=0)
-    deepspeed: PackagedFile | None = None  # a DeepSpeed JSON config, e.g. recipes/deepspeed-zero2.json
-    threads: int | None = Field(default=None, gt=0)
-    max_minutes: float | None = Field(default=None, gt=0.0)  # stop (and save) once training took this long
+    """Score the held-out sets every N steps."""
+    max_minutes: float | None = Field(default=None, gt=0.0)
+    """Stop (and save) once training took this long."""
 
 
 class HeldOutSet(StrictSettings):
@@ -216,7 +209,7 @@ class ContrastiveSettings(StrictSettings):
     data: DataSettings
     model: ModelSettings = Field(default_factory=ModelSettings)
     loss: LossSettings = Field(default_factory=LossSettings)
-    optim: OptimSettings = Field(default_factory=OptimSettings)
-    train: TrainSettings = Field(default_factory=TrainSettings)
+    optim: ContrastiveOptim = Field(default_factory=ContrastiveOptim)
+    train: ContrastiveTrain = Field(default_factory=ContrastiveTrain)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     export: ExportSettings = Field(default_factory=ExportSettings)

@@ -5,19 +5,17 @@ gradient clipping, rotating checkpoints with optimiser/scheduler/RNG state and e
 evaluation; sentence-transformers adds per-dataset prompts, LoRA adapters (peft) and the Matryoshka wrapper.
 neoembed adds the records as training columns (texts and their keys), the duplicate-aware InfoNCE loss and
 the optional distillation from a teacher (`distill`), homogeneous global batches, the JSONL metrics file and
-NaN stop (`runs.MetricsLog`), and the export with its model card.
+NaN stop (`training.MetricsLog`), and the export with its model card.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import torch
 from datasets import DatasetDict
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-from transformers import PreTrainedModel, TrainerCallback, set_seed
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.data import (
@@ -42,34 +40,18 @@ from neoembed.contrastive.model_card import training_facts
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.contrastive.weight_ensemble import average_with_base
-from neoembed.pretrain import NeoBERTPreTrainedModel
-from neoembed.recipes import RecipeError, dump_recipe
-from neoembed.runs import (
-    METRICS_FILE,
+from neoembed.recipes import RecipeError
+from neoembed.run_files import METRICS_FILE, append_jsonl, write_json
+from neoembed.training import (
     MetricsLog,
-    append_jsonl,
-    check_resume_compatible,
+    TimeBudget,
+    compile_encoder,
+    configure_process,
     last_complete_checkpoint,
+    open_run,
     train_or_restore,
     trainer_arguments,
-    write_json,
 )
-
-
-class TimeBudget(TrainerCallback):
-    """Stop after `minutes` of training (evaluation time excluded); the trainer then saves and exports."""
-
-    def __init__(self, minutes: float) -> None:
-        self.seconds, self.spent, self.started = minutes * 60, 0.0, None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.started = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.spent += time.perf_counter() - self.started
-        if self.spent >= self.seconds:
-            control.should_training_stop = True
-            control.should_save = True
 
 
 class ContrastiveTrainer(SentenceTransformerTrainer):
@@ -137,29 +119,13 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
 def training_arguments(
     settings: ContrastiveSettings, evaluate: bool, prompts: dict | None = None
 ) -> SentenceTransformerTrainingArguments:
-    train, optim = settings.train, settings.optim
     return trainer_arguments(
+        settings.train,
+        settings.optim,
         args_class=SentenceTransformerTrainingArguments,
-        output_dir=train.output_dir,
-        seed=train.seed,
-        precision=train.precision,
-        log_steps=train.log_steps,
-        save_steps=train.save_steps,
-        keep_checkpoints=train.keep_checkpoints,
-        max_steps=train.max_steps,
-        per_device_train_batch_size=train.batch_size,
-        gradient_accumulation_steps=train.grad_accum,
-        learning_rate=optim.lr,
-        adam_beta1=optim.betas[0],
-        adam_beta2=optim.betas[1],
-        adam_epsilon=optim.eps,
-        weight_decay=optim.weight_decay,
-        warmup_steps=optim.warmup_steps,
-        lr_scheduler_type=optim.schedule,
-        max_grad_norm=optim.max_grad_norm,
+        per_device_train_batch_size=settings.train.batch_size,
+        lr_scheduler_type=settings.optim.schedule,
         eval_strategy="steps" if evaluate else "no",
-        eval_steps=train.eval_steps,
-        deepspeed=train.deepspeed,
         # A BERT-style base computes a pooler output that mean/CLS pooling of the token states never uses, so
         # its pooler gets no gradient: DDP must look for unused parameters or it fails at the second step.
         ddp_find_unused_parameters=True,
@@ -171,13 +137,11 @@ def training_arguments(
 def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     """Load the records and the base model and set up the trainer, its loss and held-out evaluator."""
     train = settings.train
-    if train.threads:
-        torch.set_num_threads(train.threads)
+    configure_process(train)  # threads, and the seed the initial weights depend on
     sources = load_training_sources(
         settings.data.path, settings.data.sources, settings.data.max_negatives, settings.data.max_rows
     )
     prompts.check_sources(settings.data.prompts, sources)
-    set_seed(train.seed)
     model = build_model(
         settings.model.base,
         settings.model.pooling,
@@ -199,12 +163,11 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     teacher = load_teacher(settings, model, args.world_size) if settings.loss.distill else None
     # Recorded only once data and models loaded: a run that failed to start does not pin its recipe.
     output_dir = Path(train.output_dir)
-    check_resume_compatible(settings, output_dir)
-    dump_recipe(settings, output_dir / "recipe.yaml")
+    resume = open_run(settings, output_dir)
     keys = {name: text_keys(d) for name, d in sources.items()}  # before the trainer's transforms
     distill = None
     if teacher is not None:
-        trained_on = last_complete_checkpoint(output_dir) is not None
+        trained_on = resume is not None
         texts = DistinctTexts(sources, keys)
         distill = distillation_term(settings, model, teacher, texts, args, trained_on)
         del teacher  # its outputs are cached; free its memory for training
@@ -231,16 +194,6 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         callbacks=[MetricsLog(output_dir / METRICS_FILE)]
         + ([TimeBudget(train.max_minutes)] if train.max_minutes else []),
     )
-
-
-def compile_encoder(model) -> None:
-    """NeoBERT compiles each block's work around attention (attention stays a fused kernel call); any other
-    encoder is compiled whole, with dynamic shapes since batch lengths vary."""
-    encoder = next(m for m in model.modules() if isinstance(m, PreTrainedModel))
-    if isinstance(encoder, NeoBERTPreTrainedModel):
-        encoder.compile_layers()
-    else:
-        encoder.compile(dynamic=True)
 
 
 def matryoshka_dims(settings: ContrastiveSettings, dimension: int) -> list[int]:

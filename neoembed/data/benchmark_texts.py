@@ -28,7 +28,7 @@ import numpy as np
 from neoembed.cache import cache_root
 from neoembed.data.normalize import clean, text_key
 from neoembed.errors import RunError
-from neoembed.runs import temp_path
+from neoembed.run_files import temp_path
 
 Missing = Literal["error", "skip"]
 SKIPPED_COLUMNS = ("id", "lang")  # besides any column whose name holds "label"

@@ -43,7 +43,7 @@ from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
 from neoembed.recipes import StrictSettings, split_commas
-from neoembed.runs import append_jsonl, write_json, write_parquet, write_text
+from neoembed.run_files import append_jsonl, write_json, write_parquet, write_text
 
 RECORD_SCHEMA = pa.schema(
     [

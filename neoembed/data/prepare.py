@@ -33,7 +33,7 @@ from neoembed.data.normalize import (
 from neoembed.data.relations import relation_key
 from neoembed.data.sources import read_source
 from neoembed.data.truncate import Truncator
-from neoembed.runs import temp_path, write_json
+from neoembed.run_files import temp_path, write_json
 
 STAGING_SCHEMA = pa.schema(
     [

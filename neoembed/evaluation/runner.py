@@ -31,7 +31,7 @@ from neoembed.evaluation.significance import (
 )
 from neoembed.evaluation.summary import Summary, summarize, write_summary
 from neoembed.evaluation.tasks import leaf_tasks, supports_lexical_search
-from neoembed.runs import append_jsonl
+from neoembed.run_files import append_jsonl
 
 LOG_NAME = "mteb_eval.jsonl"
 

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError
 from neoembed.index.errors import IndexingError
 from neoembed.index.settings import Metric
 from neoembed.recipes import StrictSettings, describe_validation_error
-from neoembed.runs import append_jsonl, write_json
+from neoembed.run_files import append_jsonl, write_json
 
 FORMAT_VERSION = 1
 STORE_FILE = "docs.sqlite"

@@ -1,37 +1,15 @@
-"""The NeoBERT backbone (config, modeling, attention backends, RoPE) and MLM pretraining."""
+"""MLM pretraining of NeoBERT: corpus, masked batches (packed or padded), schedule, settings and the Trainer.
 
-from neoembed.pretrain.config import NeoBERTConfig, tiny_config
-from neoembed.pretrain.modeling import (
-    NeoBERTForMaskedLM,
-    NeoBERTForSequenceClassification,
-    NeoBERTModel,
-    NeoBERTPreTrainedModel,
+The backbone it trains is `neoembed.pretrain.neobert`; other packages import the backbone from there.
+"""
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "settings": ["PretrainSettings"],
+        "train": ["run_pretraining"],
+        "batches": ["MLMBatches", "batch_counts", "packed_to_padded", "padded_width"],
+    },
 )
-
-__all__ = [
-    "NeoBERTConfig",
-    "NeoBERTForMaskedLM",
-    "NeoBERTForSequenceClassification",
-    "NeoBERTModel",
-    "NeoBERTPreTrainedModel",
-    "register_auto_classes",
-    "tiny_config",
-]
-
-
-def register_auto_classes() -> None:
-    """Make `model_type: neobert` loadable by AutoConfig/AutoModel/AutoModelFor{MaskedLM,SequenceClassification}
-    (and so by sentence-transformers' Transformer module) without remote code. Idempotent."""
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForMaskedLM,
-        AutoModelForSequenceClassification,
-    )
-
-    AutoConfig.register("neobert", NeoBERTConfig, exist_ok=True)
-    AutoModel.register(NeoBERTConfig, NeoBERTModel, exist_ok=True)
-    AutoModelForMaskedLM.register(NeoBERTConfig, NeoBERTForMaskedLM, exist_ok=True)
-    AutoModelForSequenceClassification.register(
-        NeoBERTConfig, NeoBERTForSequenceClassification, exist_ok=True
-    )

@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from neoembed.recipes import PackagedFile, StrictSettings
+from neoembed.recipes import StrictSettings
+from neoembed.training import OptimSettings, TrainSettings
 
 
 class CorpusSettings(StrictSettings):
@@ -71,55 +72,38 @@ class DataSettings(StrictSettings):
         return self
 
 
-class OptimSettings(StrictSettings):
+class PretrainOptim(OptimSettings):
+    """The paper's AdamW (peak 6e-4, weight decay 0.1) and its schedule after the warmup."""
+
     lr: float = Field(default=6e-4, gt=0.0)
+    """Peak learning rate."""
     weight_decay: float = Field(default=0.1, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    max_grad_norm: float = Field(default=1.0, gt=0.0)
-    warmup_steps: int = Field(default=2000, ge=0)
-    # cosine: the paper's (decay to min_lr_ratio by decay_fraction of the steps, then constant);
-    # wsd: warmup-stable-decay (the peak held, then a 1-sqrt decay to min_lr_ratio over the last
-    # wsd_decay_fraction of the steps)
     schedule: Literal["cosine", "wsd"] = "cosine"
-    decay_fraction: float = Field(default=0.9, gt=0.0, le=1.0)  # cosine decay ends at this fraction of steps
+    """cosine: the paper's (decay to min_lr_ratio by decay_fraction of the steps, then constant); wsd:
+    warmup-stable-decay (the peak held, then a 1-sqrt decay to min_lr_ratio over the last wsd_decay_fraction
+    of the steps)."""
+    decay_fraction: float = Field(default=0.9, gt=0.0, le=1.0)
+    """cosine: the decay ends at this fraction of the steps."""
     wsd_decay_fraction: float = Field(default=0.1, gt=0.0, le=1.0)
-    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)  # then constant at this fraction of the peak
+    """wsd: the decay takes this last fraction of the steps."""
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    """The decay ends at this fraction of the peak (then constant)."""
 
 
-class TrainSettings(StrictSettings):
+class PretrainTrain(TrainSettings):
     output_dir: str = "runs/pretrain"
-    max_steps: int = Field(default=1000, gt=0)
-    grad_accum: int = Field(default=1, gt=0)
-    seed: int = 0
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where bf16 has hardware
-    compile: bool = False  # torch.compile each block's work around attention (fused RoPE, norms, SwiGLU)
-    log_steps: int = Field(default=10, gt=0)
-    eval_steps: int = Field(default=100, gt=0)
-    eval_batches: int = Field(default=8, gt=0)
-    save_steps: int = Field(default=500, gt=0)
+    """Checkpoints, metrics.jsonl, the recorded recipe and the final model (<output_dir>/final)."""
     keep_checkpoints: int = Field(default=3, gt=0)
-    num_workers: int = Field(default=0, ge=0)
-    deepspeed: PackagedFile | None = (
-        None  # a DeepSpeed JSON config (ZeRO-2 in recipes/); needs neoembed[deepspeed]
-    )
-    peak_tflops: float | None = Field(default=None, gt=0.0)  # device peak for MFU; None: known GPUs in bf16
-    threads: int | None = Field(default=None, gt=0)  # torch CPU threads
-
-    @model_validator(mode="after")
-    def _saves_are_logged(self):
-        # A NaN loss is caught when it is logged; every save step must also be a log step so a diverged
-        # model is never written as a checkpoint.
-        if self.save_steps % self.log_steps:
-            raise ValueError(
-                f"save_steps ({self.save_steps}) must be a multiple of log_steps ({self.log_steps})"
-            )
-        return self
+    """Newest checkpoints kept."""
+    eval_batches: int = Field(default=8, gt=0)
+    """Held-out MLM batches scored at each evaluation."""
+    peak_tflops: float | None = Field(default=None, gt=0.0)
+    """Device peak for MFU; None: known GPUs in bf16."""
 
 
 class PretrainSettings(StrictSettings):
     corpus: CorpusSettings
     model: ModelSettings = Field(default_factory=ModelSettings)
     data: DataSettings = Field(default_factory=DataSettings)
-    optim: OptimSettings = Field(default_factory=OptimSettings)
-    train: TrainSettings = Field(default_factory=TrainSettings)
+    optim: PretrainOptim = Field(default_factory=PretrainOptim)
+    train: PretrainTrain = Field(default_factory=PretrainTrain)

@@ -15,24 +15,30 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from transformers import Trainer, set_seed
+from transformers import Trainer
 
 from neoembed.precision import resolve_precision
 from neoembed.pretrain.batches import MLMBatches, batch_counts, tokenize_documents, unwrap_single
-from neoembed.pretrain.config import NeoBERTConfig
 from neoembed.pretrain.corpus import load_corpus
-from neoembed.pretrain.flops import device_peak_flops, training_flops
-from neoembed.pretrain.modeling import NeoBERTForMaskedLM
+from neoembed.pretrain.neobert import (
+    NeoBERTConfig,
+    NeoBERTForMaskedLM,
+    device_peak_flops,
+    load_tokenizer,
+    training_flops,
+)
 from neoembed.pretrain.schedule import lr_multiplier, wsd_multiplier
 from neoembed.pretrain.settings import PretrainSettings
 from neoembed.pretrain.teacher_embeddings import teacher_token_embeddings
-from neoembed.pretrain.tokenizer import load_tokenizer
-from neoembed.recipes import RecipeError, dump_recipe
-from neoembed.runs import (
-    METRICS_FILE,
+from neoembed.recipes import RecipeError
+from neoembed.run_files import METRICS_FILE
+from neoembed.training import (
     MetricsLog,
     check_resume_compatible,
+    compile_encoder,
+    configure_process,
     last_complete_checkpoint,
+    open_run,
     train_or_restore,
     trainer_arguments,
 )
@@ -66,7 +72,7 @@ class PretrainTrainer(Trainer):
                 factor = partial(lr_multiplier, decay_fraction=optim.decay_fraction)
             factor = partial(
                 factor,
-                warmup_steps=optim.warmup_steps,
+                warmup_steps=self.args.get_warmup_steps(num_training_steps),
                 total_steps=num_training_steps,
                 min_ratio=optim.min_lr_ratio,
             )
@@ -144,8 +150,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
     from accelerate import PartialState
 
     train = settings.train
-    if train.threads:
-        torch.set_num_threads(train.threads)
+    configure_process(train)  # threads, and the seed the initial weights depend on
     output_dir = Path(train.output_dir)
     state = PartialState()  # under torchrun/deepspeed: one process per device
     data = settings.data
@@ -156,9 +161,7 @@ def run_pretraining(settings: PretrainSettings) -> Path:
     # then only read (the recipe record, the complete checkpoints, the cached tokenisation).
     with state.main_process_first():
         if state.is_main_process:
-            check_resume_compatible(settings, output_dir)
-            dump_recipe(settings, output_dir / "recipe.yaml")
-            resume_from = last_complete_checkpoint(output_dir)
+            resume_from = open_run(settings, output_dir)
         train_docs, heldout_docs = load_corpus(settings.corpus)
         train_tokens = tokenize_documents(train_docs, tokenizer, truncate_to=truncate)
         heldout_tokens = (
@@ -192,36 +195,20 @@ def run_pretraining(settings: PretrainSettings) -> Path:
             **common,
         )
 
-    set_seed(train.seed)  # the initial weights depend on the recipe's seed only
     model = build_model(settings, tokenizer)
     if train.compile:
-        model.compile_layers()
+        compile_encoder(model)
     precision = resolve_precision(train.precision)
     args = trainer_arguments(
-        output_dir=output_dir,
-        seed=train.seed,
-        precision=train.precision,
-        log_steps=train.log_steps,
-        save_steps=train.save_steps,
-        keep_checkpoints=train.keep_checkpoints,
-        num_workers=train.num_workers,
-        max_steps=train.max_steps,
+        train,
+        settings.optim,
         per_device_train_batch_size=1,  # each dataset item already is a micro-batch
         per_device_eval_batch_size=1,
-        gradient_accumulation_steps=train.grad_accum,
-        learning_rate=settings.optim.lr,
-        weight_decay=settings.optim.weight_decay,
-        adam_beta1=settings.optim.betas[0],
-        adam_beta2=settings.optim.betas[1],
-        adam_epsilon=settings.optim.eps,
-        max_grad_norm=settings.optim.max_grad_norm,
         train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
         gradient_checkpointing=settings.model.gradient_checkpointing,
         eval_strategy="steps" if eval_batches is not None else "no",
-        eval_steps=train.eval_steps,
         prediction_loss_only=True,
         remove_unused_columns=False,
-        deepspeed=train.deepspeed,
     )
     trainer = PretrainTrainer(
         model=model,

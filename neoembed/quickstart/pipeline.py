@@ -20,6 +20,7 @@ cores, `SMOKE` is the same pipeline at toy sizes for the integration test. `Quic
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -184,11 +185,19 @@ class Quickstart:
     def _fine_tune(self, name: str, base, steps: int, batch_size: int, extra: list) -> dict:
         out = self.run_dir / "contrastive" / name
         save_every = max(1, steps // 2)
+        log_every = math.gcd(10, save_every)  # the recipe logs every 10 steps; each save must be a log step
         args = ["contrastive", "--recipe", "contrastive-cpu", "--steps", steps]
         args += ["--model.base", base, "--data.path", self.run_dir / "data", "--train.output_dir", out]
         args += ["--export.path", self.run_dir / name, "--train.threads", self.threads]
         args += ["--train.batch_size", batch_size]
-        args += ["--train.eval_steps", steps, "--train.save_steps", save_every]
+        args += [
+            "--train.eval_steps",
+            steps,
+            "--train.save_steps",
+            save_every,
+            "--train.log_steps",
+            log_every,
+        ]
         if self.sizes.eval_queries or self.sizes.eval_corpus:
             sized = [
                 {"kind": kind, "queries": self.sizes.eval_queries, "corpus": self.sizes.eval_corpus}

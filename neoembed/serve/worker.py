@@ -90,7 +90,7 @@ class ModelRunner:
     def _runs_packed_well(self, torch) -> bool:
         # NeoBERT's packed path uses exact per-sequence attention on CPU and a fused varlen kernel on CUDA
         # in half precision; CUDA in fp32 has no varlen kernel, where the padded SDPA path is faster.
-        from neoembed.pretrain.attention import importable_kernels, varlen_kernel_for
+        from neoembed.pretrain.neobert import importable_kernels, varlen_kernel_for
 
         device_type = self.model.device.type
         kernel = varlen_kernel_for(device_type, self._encoder.dtype, importable_kernels())

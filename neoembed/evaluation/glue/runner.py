@@ -25,7 +25,8 @@ from neoembed.evaluation.glue.model import load_glue_model, load_glue_tokenizer
 from neoembed.evaluation.glue.settings import GlueSettings
 from neoembed.evaluation.glue.tasks import GlueError, GlueTask
 from neoembed.evaluation.glue.train import fine_tune
-from neoembed.runs import append_jsonl, write_json
+from neoembed.run_files import append_jsonl, write_json
+from neoembed.training import compile_encoder, configure_process
 
 TRANSFER_SOURCE = "mnli"
 
@@ -119,8 +120,11 @@ def run_task(
         log(f"{step}: fine-tuning from {init}")
         run_dir = task_dir / hp.slug
         shutil.rmtree(run_dir, ignore_errors=True)  # a run interrupted before its result.json
-        set_seed(settings.seed)  # the new head's initial weights: the same whether run fresh or resumed
-        run = fine_tune(load_glue_model(init, task), tokenizer, task, encoded, hp, settings, run_dir)
+        set_seed(settings.train.seed)  # the new head's initial weights: the same whether run fresh or resumed
+        model = load_glue_model(init, task)
+        if settings.train.compile:
+            compile_encoder(model)
+        run = fine_tune(model, tokenizer, task, encoded, hp, settings, run_dir)
         result = {**identity, "task": task.name, "hyperparameters": asdict(hp), **asdict(run)}
         if best is None or run.score > best["score"]:
             best = result
@@ -158,6 +162,7 @@ def run_glue(
 ) -> list[TaskResult]:
     """Every task in turn, MNLI first when others transfer from it. The tokenizer, every task's data and
     the transfer source are checked before the first run trains, so bad input fails in seconds."""
+    configure_process(settings.train)
     tasks = order_tasks(tasks, settings)
     tokenizer = load_glue_tokenizer(model, tokenizer_name)
     if mnli_checkpoint is not None:
@@ -172,7 +177,7 @@ def run_glue(
             data_dir,
             max_train_samples=settings.max_train_samples,
             max_eval_samples=settings.max_eval_samples,
-            seed=settings.seed,
+            seed=settings.train.seed,
         )
         encoded[task.name] = tokenize(data, task, tokenizer, settings.max_length)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 
 from neoembed.evaluation.glue.tasks import PAPER_TASKS, GlueError, get_task
 from neoembed.recipes import RecipeError, StrictSettings, load_recipe
+from neoembed.training import OptimSettings, RunSettings, TrainingPrecision
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -38,7 +39,7 @@ class Grid(StrictSettings):
     """The paper's hyperparameter grid: every combination is fine-tuned, the best dev score is kept."""
 
     batch_size: list[PositiveInt] = [4, 8, 16, 32]
-    learning_rate: list[PositiveFloat] = [5e-6, 6e-6, 1e-5, 2e-5, 3e-5]
+    lr: list[PositiveFloat] = [5e-6, 6e-6, 1e-5, 2e-5, 3e-5]
     weight_decay: list[NonNegativeFloat] = [1e-2, 1e-5]
 
 
@@ -62,40 +63,46 @@ def _task_name(name: str) -> str:
         raise ValueError(str(err)) from None
 
 
-class GlueSettings(StrictSettings):
-    tasks: list[str] = list(PAPER_TASKS)  # what `--task all` runs
-    # The single point used without --grid.
+class GlueOptim(OptimSettings):
+    """The paper's: AdamW (0.9, 0.95), linear warmup over 6% of the steps, then linear decay to 0."""
+
+    lr: float = Field(default=2e-5, gt=0.0)
+    """Learning rate without --grid."""
+    weight_decay: float = Field(default=1e-2, ge=0.0)
+    """Weight decay without --grid."""
+    warmup_steps: float = Field(default=0.06, ge=0.0)
+    """Linear warmup: optimizer steps, or below 1 a fraction of the run's steps."""
+
+
+class GlueTrain(RunSettings):
+    """Epochs with early stopping on the dev score, one run per grid point."""
+
+    precision: TrainingPrecision = "fp32"
+    """auto: bf16 autocast over fp32 weights where bf16 has hardware."""
+    log_steps: int = Field(default=50, gt=0)
     batch_size: PositiveInt = 32
     """Batch size without --grid."""
-    learning_rate: PositiveFloat = 2e-5
-    """Learning rate without --grid."""
-    weight_decay: NonNegativeFloat = 1e-2
-    """Weight decay without --grid."""
-    grid: Grid = Grid()
-    transfer: Transfer = Transfer()
+    eval_batch_size: PositiveInt = 64
     max_epochs: PositiveFloat = 10
     """Max epochs (early stopping may end sooner)."""
     early_stopping_patience: PositiveInt = 2
     """Evaluations without improvement before stopping (unverified in the paper)."""
-    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.06
-    adam_beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
-    adam_beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
-    adam_epsilon: PositiveFloat = 1e-8
-    max_grad_norm: PositiveFloat = 1.0
-    max_length: PositiveInt = 128
-    """Max tokens per example, a sentence or a pair (unverified in the paper)."""
-    eval_batch_size: PositiveInt = 64
     eval_steps: PositiveInt | None = None
     """Evaluate (and early-stop) every N steps (default: once per epoch)."""
-    logging_steps: PositiveInt = 50
+
+
+class GlueSettings(StrictSettings):
+    tasks: list[str] = list(PAPER_TASKS)  # what `--task all` runs
+    grid: Grid = Grid()
+    transfer: Transfer = Transfer()
+    max_length: PositiveInt = 128
+    """Max tokens per example, a sentence or a pair (unverified in the paper)."""
     max_train_samples: PositiveInt | None = None
     """Train on a seeded sample of N rows (for quick runs)."""
     max_eval_samples: PositiveInt | None = None
     """Evaluate on a seeded sample of N rows."""
-    bf16: bool = False
-    """bf16 mixed precision."""
-    seed: int = 0
-    """Training and sampling seed."""
+    optim: GlueOptim = GlueOptim()
+    train: GlueTrain = GlueTrain()
 
     @field_validator("tasks")
     @classmethod
@@ -105,18 +112,28 @@ class GlueSettings(StrictSettings):
     def points(self, grid: bool) -> list[Hyperparameters]:
         """The grid's combinations, or the single configured point."""
         if not grid:
-            return [Hyperparameters(self.batch_size, self.learning_rate, self.weight_decay)]
+            return [Hyperparameters(self.train.batch_size, self.optim.lr, self.optim.weight_decay)]
         g = self.grid
         return [
-            Hyperparameters(b, lr, wd)
-            for b, lr, wd in itertools.product(g.batch_size, g.learning_rate, g.weight_decay)
+            Hyperparameters(b, lr, wd) for b, lr, wd in itertools.product(g.batch_size, g.lr, g.weight_decay)
         ]
 
     def protocol(self) -> dict:
         """The fields a finished run's result depends on (besides its grid point): results produced under
         another protocol are not mixed into one table."""
-        skip = {"tasks", "batch_size", "learning_rate", "weight_decay", "grid", "transfer", "logging_steps"}
-        return self.model_dump(exclude=skip)
+        protocol = self.model_dump(mode="json", exclude={"tasks", "grid", "transfer"})
+        for section, fields in PER_POINT_OR_CADENCE.items():
+            for field in fields:
+                protocol[section].pop(field)
+        return protocol
+
+
+# Fields that do not change a finished run's result: the grid point's own values, logging, and how the
+# process runs.
+PER_POINT_OR_CADENCE = {
+    "optim": ("lr", "weight_decay"),
+    "train": ("batch_size", "log_steps", "threads", "num_workers", "compile"),
+}
 
 
 def load_settings(recipe: Path | None = None, overrides: dict | None = None) -> GlueSettings:

@@ -9,7 +9,8 @@ from pathlib import Path
 from neoembed.evaluation.glue.metrics import compute_metrics
 from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters
 from neoembed.evaluation.glue.tasks import GlueTask
-from neoembed.runs import METRICS_FILE, MetricsLog, trainer_arguments
+from neoembed.run_files import METRICS_FILE
+from neoembed.training import MetricsLog, trainer_arguments
 
 
 @dataclass
@@ -23,34 +24,30 @@ class RunResult:
 
 def training_arguments(settings: GlueSettings, hp: Hyperparameters, output_dir: Path):
     """The paper's protocol: AdamW (0.9, 0.95), linear warmup over 6% of the steps then linear decay,
-    up to `max_epochs` with early stopping on the task score, keeping the best evaluation's weights."""
+    up to `train.max_epochs` with early stopping on the task score, keeping the best evaluation's weights."""
     import torch
 
-    strategy = "steps" if settings.eval_steps else "epoch"
+    train = settings.train
     return trainer_arguments(
+        train,
+        settings.optim,
         output_dir=output_dir,
-        seed=settings.seed,
-        precision="bf16" if settings.bf16 else "fp32",
-        log_steps=settings.logging_steps,
-        save_steps=settings.eval_steps,  # a checkpoint at every evaluation (per epoch without eval_steps)
-        keep_checkpoints=1,  # with load_best_model_at_end the best checkpoint is always kept as well
+        # A checkpoint at every evaluation (per epoch without eval_steps), the best one always kept.
+        save_strategy="steps" if train.eval_steps else "epoch",
+        save_steps=train.eval_steps,
+        save_total_limit=1,
         # A diverging grid point is scored (and loses) rather than stopping the grid: the Trainer's filter
         # keeps a NaN out of the logs.
         logging_nan_inf_filter=True,
         per_device_train_batch_size=hp.batch_size,
-        per_device_eval_batch_size=settings.eval_batch_size,
+        per_device_eval_batch_size=train.eval_batch_size,
         learning_rate=hp.learning_rate,
         weight_decay=hp.weight_decay,
         optim="adamw_torch",
-        adam_beta1=settings.adam_beta1,
-        adam_beta2=settings.adam_beta2,
-        adam_epsilon=settings.adam_epsilon,
-        max_grad_norm=settings.max_grad_norm,
         lr_scheduler_type="linear",
-        warmup_steps=settings.warmup_ratio,  # a float below 1 is a fraction of the total steps
-        num_train_epochs=settings.max_epochs,
-        eval_strategy=strategy,
-        eval_steps=settings.eval_steps,
+        num_train_epochs=train.max_epochs,
+        eval_strategy="steps" if train.eval_steps else "epoch",
+        eval_steps=train.eval_steps,
         save_only_model=True,
         load_best_model_at_end=True,
         metric_for_best_model="score",
@@ -83,7 +80,7 @@ def fine_tune(
         data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
         compute_metrics=lambda p: compute_metrics(task, p.predictions, p.label_ids),
         callbacks=[
-            EarlyStoppingCallback(early_stopping_patience=settings.early_stopping_patience),
+            EarlyStoppingCallback(early_stopping_patience=settings.train.early_stopping_patience),
             MetricsLog(run_dir / METRICS_FILE),
         ],
     )

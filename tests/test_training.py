@@ -1,4 +1,5 @@
-"""Run plumbing: atomic writes, the JSONL log, MetricsLog's NaN stop, and the shared TrainingArguments."""
+"""The training vocabulary and plumbing: MetricsLog's NaN stop, one mapping to TrainingArguments, one rule set,
+recipe-checked resume."""
 
 from __future__ import annotations
 
@@ -6,45 +7,11 @@ import json
 import math
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from transformers import TrainerControl, TrainerState
 
 from neoembed.recipes import RecipeError, StrictSettings
-from neoembed.runs import (
-    MetricsLog,
-    TrainingDiverged,
-    append_jsonl,
-    check_resume_compatible,
-    write_json,
-    write_parquet,
-    write_text,
-)
-
-
-def test_atomic_writes_replace_the_file_and_a_failed_write_keeps_the_old_one(tmp_path):
-    path = tmp_path / "result.json"
-    write_json(path, {"b": 1, "a": [1, 2]})
-    assert json.loads(path.read_text()) == {"a": [1, 2], "b": 1}
-    with pytest.raises(TypeError):
-        write_json(path, {"a": object()})  # not serialisable: fails before anything is renamed
-    assert json.loads(path.read_text()) == {"a": [1, 2], "b": 1}
-    write_text(path, "replaced")
-    write_parquet(tmp_path / "t.parquet", pa.table({"x": [1, 2, 3]}))
-    assert path.read_text() == "replaced" and pq.read_table(tmp_path / "t.parquet")["x"].to_pylist() == [
-        1,
-        2,
-        3,
-    ]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json", "t.parquet"]  # no temporary files
-
-
-def test_append_jsonl_adds_one_line_per_record(tmp_path):
-    for step in (1, 2):
-        append_jsonl(tmp_path / "log.jsonl", {"step": step, "text": "é"})
-    lines = (tmp_path / "log.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == [{"step": 1, "text": "é"}, {"step": 2, "text": "é"}]
+from neoembed.training import MetricsLog, TrainingDiverged, check_resume_compatible
 
 
 def log(callback: MetricsLog, output_dir: Path, logs: dict, step: int, main: bool = True) -> None:
@@ -71,27 +38,66 @@ def test_metrics_log_writes_from_the_main_process_and_stops_on_a_non_finite_loss
     assert lines == [{"step": 1, "loss": 2.5, "epoch": 0.1}]
 
 
-def test_the_three_trainers_share_their_common_training_arguments(tmp_path, cpu_bf16):
+SHARED = {
+    "optim": {"eps": 1e-7, "betas": (0.8, 0.9), "max_grad_norm": 0.5},
+    "train": {"seed": 7, "grad_accum": 2},
+}
+
+
+def test_the_three_trainers_speak_one_vocabulary_mapped_once(tmp_path, cpu_bf16):
     from neoembed.contrastive.settings import ContrastiveSettings
     from neoembed.contrastive.train import training_arguments as contrastive_arguments
     from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters
     from neoembed.evaluation.glue.train import training_arguments as glue_arguments
+    from neoembed.pretrain.settings import PretrainSettings
+    from neoembed.training import trainer_arguments
+
+    def sections(**train):
+        return {"optim": SHARED["optim"], "train": {**SHARED["train"], **train}}
 
     contrastive = contrastive_arguments(
         ContrastiveSettings.model_validate(
-            {"data": {"path": "d"}, "model": {"base": "b"}, "train": {"output_dir": str(tmp_path / "c")}}
+            {"data": {"path": "d"}, **sections(output_dir=str(tmp_path / "c"))}
         ),
         evaluate=False,
     )
-    glue = glue_arguments(GlueSettings(), Hyperparameters(16, 2e-5, 0.01), tmp_path / "g")
-    for args in (contrastive, glue):
-        assert args.report_to == [] and args.seed == 0
-        assert args.dataloader_num_workers == 0
-    assert contrastive.bf16 is cpu_bf16  # precision auto: bf16 autocast where the CPU has bf16 units
+    glue = glue_arguments(
+        GlueSettings.model_validate(sections()), Hyperparameters(16, 2e-5, 0.01), tmp_path / "g"
+    )
+    pretrain_settings = PretrainSettings.model_validate(
+        {"corpus": {"wordnet": True}, **sections(output_dir=str(tmp_path / "p"))}
+    )
+    pretrain = trainer_arguments(pretrain_settings.train, pretrain_settings.optim)
+    for args in (contrastive, glue, pretrain):
+        assert (args.adam_epsilon, args.adam_beta1, args.adam_beta2, args.max_grad_norm) == (
+            1e-7,
+            0.8,
+            0.9,
+            0.5,
+        )
+        assert (args.seed, args.gradient_accumulation_steps) == (7, 2)
+        assert args.report_to == [] and args.dataloader_num_workers == 0
+    assert contrastive.bf16 is pretrain.bf16 is cpu_bf16  # precision auto: bf16 where the CPU has units
     assert not glue.bf16  # GLUE's default is fp32
+    assert pretrain.output_dir == str(tmp_path / "p") and glue.output_dir == str(tmp_path / "g")
+    assert glue.warmup_steps == 0.06 and contrastive.warmup_steps == pretrain.warmup_steps == 2000
     assert contrastive.save_strategy == "steps" and not contrastive.logging_nan_inf_filter
     assert glue.save_strategy == "epoch" and glue.logging_nan_inf_filter  # a NaN grid point scores low
     assert glue.ddp_find_unused_parameters is False and contrastive.ddp_find_unused_parameters is True
+
+
+@pytest.mark.parametrize("job", ["pretrain", "contrastive"])
+def test_every_checkpointed_run_saves_only_on_log_steps(job):
+    """The guard that keeps a diverged model from being saved holds for every trainer that checkpoints."""
+    from neoembed.contrastive.settings import ContrastiveSettings
+    from neoembed.pretrain.settings import PretrainSettings
+
+    settings_cls, required = {
+        "pretrain": (PretrainSettings, {"corpus": {"wordnet": True}}),
+        "contrastive": (ContrastiveSettings, {"data": {"path": "d"}}),
+    }[job]
+    with pytest.raises(ValueError, match=r"save_steps \(15\) must be a multiple of log_steps \(10\)"):
+        settings_cls.model_validate({**required, "train": {"save_steps": 15, "log_steps": 10}})
 
 
 class _Train(StrictSettings):

@@ -1,0 +1,17 @@
+"""What every neoembed trainer shares: the training vocabulary (`optim.*`, `train.*`), its one mapping to the
+Trainer's arguments, the metrics log with its NaN stop, run directories that record their recipe, and
+checkpoints that resume exactly. `pretrain`, `contrastive` and `evaluation.glue` build on it."""
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "settings": ["OptimSettings", "RunSettings", "TrainSettings", "TrainingPrecision"],
+        "arguments": ["compile_encoder", "precision_arguments", "trainer_arguments"],
+        "callbacks": ["MetricsLog", "TimeBudget", "TrainingDiverged"],
+        "checkpoints": ["last_complete_checkpoint", "train_or_restore"],
+        "run_dir": ["RESUMABLE_CHANGES", "check_resume_compatible", "open_run"],
+        "process": ["configure_process", "release_process_group"],
+    },
+)
