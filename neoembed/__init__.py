@@ -4,8 +4,10 @@ Importing the package registers NeoBERT (model_type `neobert`) with the transfor
 `AutoModel.from_pretrained(dir)` and `SentenceTransformer(dir)` load NeoBERT directories without remote code.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import version as _version
 
 from neoembed.pretrain.neobert import register_auto_classes as _register_auto_classes
+
+__version__ = _version("neoembed")  # pyproject.toml's, the one place it is written
 
 _register_auto_classes()

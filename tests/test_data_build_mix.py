@@ -10,8 +10,8 @@ from data_source_fixtures import write_manifests
 from datasets import Dataset, DatasetDict
 
 from neoembed.data.build import BuildConfig, build
-from neoembed.errors import RunError
-from neoembed.evaluation.model_meta import leakage_guard_summary
+from neoembed.data.stats import leakage_summary
+from neoembed.errors import InputError, RunError
 
 PAIRS = """
 name: pairs
@@ -184,6 +184,13 @@ def local_tasks(monkeypatch, tmp_path, broken: bool = False):
     return loads
 
 
+def guarded_build(config: BuildConfig) -> dict:
+    """The build as `neoembed build-data` runs it: the benchmark's texts collected on the evaluation side."""
+    from neoembed.evaluation import benchmark_texts
+
+    return build(config, benchmark=benchmark_texts(config.eval_benchmark, config.eval_benchmark_missing))
+
+
 BENCHMARK_ROWS = [
     {"q1": "How can I be a good geologist", "q2": "What should I do to be a great geologist?", "other": "n"},
     {"q1": "Two dogs run in a field.", "q2": "A MAN IS PLAYING A LARGE FLUTE", "other": "n"},
@@ -199,7 +206,7 @@ BENCHMARK_ROWS = [
 def test_the_benchmark_guard_drops_planted_test_texts_and_reports_them_per_task(tmp_path, monkeypatch):
     loads = local_tasks(monkeypatch, tmp_path)
     config = pairs_build(tmp_path, BENCHMARK_ROWS, eval_benchmark="QuoraRetrieval, STSBenchmark")
-    stats = build(config)
+    stats = guarded_build(config)
     source = stats["sources"]["pairs"]
     assert source["rows_dropped_for_leakage"] == {
         "foldoc": 0,
@@ -216,12 +223,12 @@ def test_the_benchmark_guard_drops_planted_test_texts_and_reports_them_per_task(
     assert stats["config"]["eval_benchmark"] == "QuoraRetrieval, STSBenchmark"
     assert "QuoraRetrieval 2 (" in (config.out / "stats.md").read_text()
     # What an exported model's card says about the build it was trained on.
-    summary = leakage_guard_summary(config.out)
+    summary = leakage_summary(config.out)
     assert "QuoraRetrieval 2 rows (2 texts)" in summary and "STSBenchmark 1 rows" in summary
     # Collected once: a second build in a fresh directory reads the cached keys, not the tasks' data.
     assert sorted(loads) == ["QuoraRetrieval", "STSBenchmark"]
     assert len(list((tmp_path / "cache" / "leakage").glob("*.npy"))) == 2
-    again = build(
+    again = guarded_build(
         pairs_build(tmp_path / "again", BENCHMARK_ROWS, eval_benchmark="QuoraRetrieval,STSBenchmark")
     )
     assert again["sources"]["pairs"]["rows_dropped_for_leakage"] == source["rows_dropped_for_leakage"]
@@ -232,22 +239,22 @@ def test_a_benchmark_task_without_data_stops_the_build_or_is_skipped_and_reporte
     local_tasks(monkeypatch, tmp_path, broken=True)
     spec = "STSBenchmark,CQADupstackUnixRetrieval,QuoraRetrieval"
     with pytest.raises(RunError, match=r"task CQADupstackUnixRetrieval .*--eval-benchmark-missing skip"):
-        build(pairs_build(tmp_path, BENCHMARK_ROWS, eval_benchmark=spec))
+        guarded_build(pairs_build(tmp_path, BENCHMARK_ROWS, eval_benchmark=spec))
     config = pairs_build(
         tmp_path / "skip", BENCHMARK_ROWS, eval_benchmark=spec, eval_benchmark_missing="skip"
     )
     with pytest.warns(UserWarning, match="CQADupstackUnixRetrieval skipped"):
-        stats = build(config)
+        stats = guarded_build(config)
     assert list(stats["config"]["eval_benchmark_skipped"]) == ["CQADupstackUnixRetrieval"]
     assert stats["sources"]["pairs"]["rows_dropped_for_leakage"]["QuoraRetrieval"] == 2
     assert "NOT guarded" in (config.out / "stats.md").read_text()
-    assert "Not guarded (data unavailable at build time): CQADupstackUnixRetrieval." in leakage_guard_summary(
+    assert "Not guarded (data unavailable at build time): CQADupstackUnixRetrieval." in leakage_summary(
         config.out
     )
 
 
 def test_benchmark_names_resolve_to_their_leaf_tasks():
-    from neoembed.data.benchmark_texts import resolve_tasks
+    from neoembed.evaluation.benchmark_texts import resolve_tasks
 
     spec = "MTEB(eng, v2),QuoraRetrieval,StackOverflowDupQuestions,CQADupstackRetrieval"  # v1's overlaps too
     names = [t.metadata.name for t in resolve_tasks(spec)]
@@ -255,3 +262,11 @@ def test_benchmark_names_resolve_to_their_leaf_tasks():
         assert expected in names
     assert "QuoraRetrieval" in names and "CQADupstackUnixRetrieval" in names  # an aggregate's subtasks
     assert len(names) == len(set(names))
+
+
+def test_a_build_named_a_benchmark_needs_its_texts(tmp_path):
+    """The data build never collects a benchmark itself: a config naming one without its texts is refused
+    before anything is written, so no build runs unguarded by mistake."""
+    with pytest.raises(InputError, match="eval_benchmark and the benchmark's texts go together"):
+        build(pairs_build(tmp_path, BENCHMARK_ROWS, eval_benchmark="QuoraRetrieval"))
+    assert not (tmp_path / "out" / "pairs").exists()

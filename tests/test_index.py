@@ -2,13 +2,14 @@
 
 import json
 
+from neoembed.faiss_setup import faiss, set_threads
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from neoembed.bench.index import structured_vectors
-from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import CorpusError, CorpusReader, choose_factory
 from neoembed.index.factory import search_parameter
 from neoembed.index.store import DocStore

@@ -17,7 +17,7 @@ def _stats(path, sources):
 
 
 def test_training_datasets_are_the_mteb_tasks_reading_the_built_sources(tmp_path):
-    from neoembed.evaluation.model_meta import training_datasets
+    from neoembed.contrastive.model_meta import training_datasets
 
     data = _stats(
         tmp_path / "pairs",
@@ -69,7 +69,7 @@ def export(tmp_path_factory):
 
 
 def test_an_export_carries_its_model_meta_with_the_builds_sources(export):
-    from neoembed.evaluation.model_meta import read_model_meta
+    from neoembed.evaluation import read_model_meta
 
     meta = read_model_meta(export)
     assert meta.name == "local/tiny-embed"

@@ -1,1 +1,20 @@
-"""Throughput and quality benchmarks behind `neoembed bench`."""
+"""Throughput and quality benchmarks behind `neoembed bench`: one module per bench, each with `run(settings)`
+over its settings in `settings`."""
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submodules=["backends", "build_data", "contrastive", "encode", "index", "mteb", "pretrain", "serve"],
+    submod_attrs={
+        "settings": [
+            "BuildDataBench",
+            "ContrastiveBench",
+            "EncodeBench",
+            "IndexBench",
+            "MtebBench",
+            "PretrainBench",
+            "ServeBench",
+        ],
+    },
+)

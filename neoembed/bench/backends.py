@@ -52,8 +52,8 @@ class Probe:
 
 def wordnet_probe(n: int) -> Probe:
     """The first `n` synsets of the data's fixed sample order as a probe."""
-    from neoembed.data.wordnet import load_synsets, sample_order
-    from neoembed.index.corpus import wordnet_documents
+    from neoembed.data import load_synsets, sample_order
+    from neoembed.index import wordnet_documents
 
     synsets = sample_order(load_synsets())[:n]
     with_examples = [(i, s.examples[0]) for i, s in enumerate(synsets) if s.examples]

@@ -114,9 +114,7 @@ def long_rows(path: Path, rows: int, seed: int = 1) -> None:
 def _stage_child(work: str, result_path: str) -> None:
     """Child process: load (and cache) the sources, run stage 1, then write the parts; timings as JSON."""
     os.environ["HF_DATASETS_CACHE"] = str(Path(work) / "hf-cache")
-    from neoembed.data.build import Build, BuildConfig
-    from neoembed.data.manifest import load_manifests
-    from neoembed.data.sources import open_source
+    from neoembed.data import Build, BuildConfig, load_manifests, open_source
 
     work_dir = Path(work)
     manifests = load_manifests(work_dir / "manifests")
@@ -210,21 +208,21 @@ def bench_normalise(rows: int, long: int, work: Path) -> tuple[list[dict], dict]
 def _search_child(pool_rows: int, query_rows: int, dim: int, work: str, result_path: str) -> None:
     """Child process: exact top-101 search of `query_rows` queries over a memory-mapped `pool_rows` pool of
     random unit vectors, in the miner's query chunks, through the miner's own searcher."""
-    from neoembed.data.mining import CHUNK, _searcher
+    from neoembed.data import SEARCH_CHUNK, exact_searcher
 
     rng = np.random.default_rng(0)
     arrays = {}
     for name, n in (("pool", pool_rows), ("queries", query_rows)):
         array = np.lib.format.open_memmap(Path(work) / f"{name}.npy", "w+", np.float32, (n, dim))
-        for start in range(0, n, CHUNK):
-            block = rng.standard_normal((min(CHUNK, n - start), dim), dtype=np.float32)
+        for start in range(0, n, SEARCH_CHUNK):
+            block = rng.standard_normal((min(SEARCH_CHUNK, n - start), dim), dtype=np.float32)
             array[start : start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
         array.flush()
         arrays[name] = np.load(Path(work) / f"{name}.npy", mmap_mode="r")
     started, cpu = time.perf_counter(), time.process_time()
-    search = _searcher(arrays["pool"])
-    for lo in range(0, query_rows, CHUNK):
-        search(np.ascontiguousarray(arrays["queries"][lo : lo + CHUNK]), 101)
+    search = exact_searcher(arrays["pool"])
+    for lo in range(0, query_rows, SEARCH_CHUNK):
+        search(np.ascontiguousarray(arrays["queries"][lo : lo + SEARCH_CHUNK]), 101)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     result = {"search_s": seconds, "cpu_s": cpu, "peak_rss_gib": _peak_rss_gib()}
     Path(result_path).write_text(json.dumps(result))
@@ -280,8 +278,7 @@ def bench_encode(texts: int, batch_size: int) -> dict:
 
 
 def bench_mining(rows: int, dtypes: list[str], batch_size: int, work: Path) -> list[dict]:
-    from neoembed.data.build import BuildConfig, build
-    from neoembed.data.mining import MiningConfig
+    from neoembed.data import BuildConfig, MiningConfig, build
     from neoembed.packaged import manifests_dir
 
     manifests = work / "manifests-wordnet"
@@ -360,9 +357,9 @@ def project(
 
 
 def run(settings: BuildDataBench) -> dict:
-    import torch
-
     from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
+
+    import torch
 
     torch.set_num_threads(settings.threads)
     faiss.omp_set_num_threads(settings.threads)

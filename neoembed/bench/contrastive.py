@@ -101,7 +101,7 @@ def goal_checks(
 def default_build(out: Path, rows: int) -> Path:
     """`neoembed build-data --sources wordnet --max-rows rows --out out` with its defaults (every pair kind,
     mined negatives); a finished build with the same inputs is reused as it is."""
-    from neoembed.data.build import BuildConfig, build
+    from neoembed.data import BuildConfig, build
 
     build(BuildConfig(out=out, sources=("wordnet",), max_rows=rows))
     return out
@@ -134,7 +134,7 @@ def neoembed_settings(
     recipe: Path, base: str, data: Path, run_dir: Path, minutes: float, threads: int, overrides: dict
 ):
     """The recipe with the user's overrides, then the fields every compared model shares."""
-    from neoembed.contrastive.settings import ContrastiveSettings
+    from neoembed.contrastive import ContrastiveSettings
     from neoembed.recipes import load_recipe
 
     fixed = sorted(set(overrides) & set(BENCH_FIELDS))
@@ -160,7 +160,7 @@ def neoembed_settings(
 
 
 def train_neoembed(settings) -> dict:
-    from neoembed.contrastive.train import run_contrastive
+    from neoembed.contrastive import run_contrastive
 
     summary = run_contrastive(settings)
     return {
@@ -180,9 +180,7 @@ def trainer_runtime(metrics: Path) -> float:
 
 def run(bench: ContrastiveBench) -> dict:
     from neoembed.bench import st_baseline
-    from neoembed.evaluation.local_tasks import LOCAL_TASKS
-    from neoembed.evaluation.models import EvalSettings
-    from neoembed.evaluation.runner import resolve_models, run_evaluation
+    from neoembed.evaluation import LOCAL_TASKS, EvalSettings, resolve_models, run_evaluation
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import parse_overrides
 

@@ -25,7 +25,7 @@ import torch
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
-from neoembed.pretrain.batches import padded_width
+from neoembed.pretrain import padded_width
 from neoembed.pretrain.neobert import (
     NeoBERTConfig,
     NeoBERTModel,

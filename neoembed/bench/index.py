@@ -15,15 +15,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from neoembed.faiss_setup import faiss, set_threads
+
 import numpy as np
 from tqdm.auto import tqdm
 
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import IndexBench
-from neoembed.faiss_setup import faiss, set_threads
-from neoembed.index.factory import choose_factory, ivf_lists, pq_subquantizers
-from neoembed.index.train import train_and_add
-from neoembed.index.tune import exact_neighbors, measure, tune
+from neoembed.index import (
+    choose_factory,
+    exact_neighbors,
+    ivf_lists,
+    measure,
+    pq_subquantizers,
+    train_and_add,
+    tune,
+)
 
 COLUMNS = ["set", "factory", "auto", "build_s", "size_mb", "param", "recall_at_10", "qps_batch", "x_exact_batch",
            "qps_single", "x_exact_single"]  # fmt: skip
@@ -97,9 +104,8 @@ def wordnet_set(
     """The WordNet glosses' vectors from an index directory (built with `model` first if missing), the
     vectors of held-out synsets' example sentences, and how often exact search puts the example's own
     gloss in the top 10."""
-    from neoembed.data.wordnet import load_synsets, split_of
-    from neoembed.index import build_index, load_index
-    from neoembed.index.manifest import MANIFEST_FILE, VECTORS_FILE
+    from neoembed.data import load_synsets, split_of
+    from neoembed.index import MANIFEST_FILE, VECTORS_FILE, build_index, load_index
     from neoembed.vector_file import read_vectors
 
     if not (index_dir / MANIFEST_FILE).exists():

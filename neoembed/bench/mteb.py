@@ -48,10 +48,9 @@ class _RecordingEncoder:
 
 
 def run(bench: MtebBench) -> dict:
-    import mteb
+    from neoembed.mteb_setup import mteb
 
-    from neoembed.evaluation.local_tasks import LOCAL_TASKS, heldout_synsets
-    from neoembed.evaluation.models import EvalSettings, load_model, resolve_model
+    from neoembed.evaluation import LOCAL_TASKS, EvalSettings, heldout_synsets, load_model, resolve_model
 
     model_name, batch_size, repeats, threads = bench.model, bench.batch_size, bench.repeats, bench.threads
     torch.set_num_threads(threads)

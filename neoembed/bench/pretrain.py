@@ -22,7 +22,7 @@ import torch
 from neoembed.bench.report import markdown_table, write_report
 from neoembed.bench.settings import PretrainBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
-from neoembed.pretrain.batches import MLMBatches, batch_counts, packed_to_padded
+from neoembed.pretrain import MLMBatches, batch_counts, packed_to_padded
 from neoembed.pretrain.neobert import (
     NeoBERTConfig,
     NeoBERTForMaskedLM,

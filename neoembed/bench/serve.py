@@ -319,7 +319,7 @@ def _summary(result: dict) -> str:
 
 
 def run(settings: ServeBench) -> dict:
-    from neoembed.data.wordnet import load_synsets
+    from neoembed.data import load_synsets
     from neoembed.precision import default_device
 
     # ONNX Runtime runs on the CPU, so with an ONNX backend every side runs there, torch servers included.

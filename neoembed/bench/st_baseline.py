@@ -20,7 +20,7 @@ def pairs(data: Path):
     """Every source's (query, positive) columns of a finished build, as one dataset."""
     from datasets import concatenate_datasets
 
-    from neoembed.data.records import load_records
+    from neoembed.data import load_records
 
     return concatenate_datasets(
         [records.select_columns(["query", "positive"]) for records in load_records(data).values()]
@@ -34,10 +34,9 @@ def train(base: str, data: Path, out: Path, minutes: float, export: Path) -> dic
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    from neoembed.contrastive.train import TimeBudget
     from neoembed.embedder import load_embedder
     from neoembed.run_files import METRICS_FILE
-    from neoembed.training import MetricsLog
+    from neoembed.training import MetricsLog, TimeBudget
 
     model = load_embedder(base)
     model.model_card_data.local_files_only = True  # the saved model card: no Hub look-ups (offline here)

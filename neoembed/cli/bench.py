@@ -7,7 +7,7 @@ markdown table under its output directory. The options of each are the fields of
 
 import typer
 
-from neoembed.bench.settings import (
+from neoembed.bench import (
     BuildDataBench,
     ContrastiveBench,
     EncodeBench,

@@ -7,10 +7,7 @@ from typing import Annotated
 import typer
 
 from neoembed.cli.options import Flag, options_from
-from neoembed.data.build import BuildConfig, build
-from neoembed.data.manifest import load_manifests
-from neoembed.data.rescore import RescoreConfig
-from neoembed.data.stats import mining_summary
+from neoembed.data import BuildConfig, RescoreConfig, build, load_manifests, mining_summary
 
 
 @options_from(
@@ -39,7 +36,10 @@ def build_data(
         loaded = load_manifests(settings.manifests, list(settings.sources) if settings.sources else None)
         typer.echo(f"{len(loaded)} manifest(s) valid: {', '.join(loaded)}")
         return
-    stats = build(settings, merge_only=merge_stats)
+    from neoembed.evaluation import benchmark_texts
+
+    benchmark = benchmark_texts(settings.eval_benchmark, settings.eval_benchmark_missing)
+    stats = build(settings, merge_only=merge_stats, benchmark=benchmark)
     out = settings.out
     if stats is None:
         shard = "/".join(map(str, settings.shard))

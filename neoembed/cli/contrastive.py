@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from neoembed.cli.options import Flag, recipe_options
-from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.contrastive import ContrastiveSettings
 
 
 @recipe_options(ContrastiveSettings, shortcuts=[Flag("train.max_steps", ("--steps",))])
@@ -13,8 +13,7 @@ def contrastive(settings: ContrastiveSettings) -> None:
     """Fine-tune an encoder into a sentence embedder with InfoNCE and export it as a sentence-transformers
     directory; extra `--section.field value` pairs override the recipe (e.g. --train.batch_size 64
     --model.base path/to/neobert). Re-running resumes from the newest complete checkpoint."""
-    from neoembed.contrastive.model_card import relative_change
-    from neoembed.contrastive.train import run_contrastive
+    from neoembed.contrastive import relative_change, run_contrastive
     from neoembed.training import release_process_group
 
     summary = run_contrastive(settings)

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from neoembed.cli.options import Flag, recipe_options
-from neoembed.evaluation.glue.settings import GlueSettings
+from neoembed.evaluation.glue import GlueSettings
 from neoembed.recipes import split_commas
 
 console = Console()

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from neoembed.cli.options import options_from
-from neoembed.index.settings import AddSettings, BuildSettings, ExportSettings, RebuildSettings
+from neoembed.index import AddSettings, BuildSettings, ExportSettings, RebuildSettings
 
 app = typer.Typer(help="Build, extend and export FAISS index directories.", no_args_is_help=True)
 

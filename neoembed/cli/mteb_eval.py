@@ -10,8 +10,7 @@ from rich.console import Console
 
 from neoembed.cli.options import Flag, options_from
 from neoembed.errors import InputError
-from neoembed.evaluation.models import EvalSettings
-from neoembed.evaluation.settings import MtebEvalSettings
+from neoembed.evaluation import EvalSettings, MtebEvalSettings
 
 console = Console()
 
@@ -42,7 +41,7 @@ def _read_prompts(prompts_file: Path | None, prompt: tuple[str, ...]) -> dict[st
 
 
 def _validate_prompt_keys(prompts: dict[str, str], tasks) -> None:
-    from neoembed.evaluation.tasks import task_types
+    from neoembed.evaluation import task_types
 
     names = {t.metadata.name for t in tasks} | set(task_types()) | {"query", "document"}
     for key in prompts:
@@ -56,7 +55,7 @@ def _validate_prompt_keys(prompts: dict[str, str], tasks) -> None:
 
 
 def _print_summary(report, out_dir: Path) -> None:
-    from neoembed.evaluation.summary import to_markdown
+    from neoembed.evaluation import to_markdown
 
     console.print(to_markdown(report.summary), markup=False, soft_wrap=True)
     counts = {s: sum(o.status == s for o in report.outcomes) for s in ("done", "cached", "failed", "n/a")}
@@ -80,8 +79,7 @@ def _print_summary(report, out_dir: Path) -> None:
 )
 def mteb_eval(settings: MtebEvalSettings) -> None:
     """Evaluate models on MTEB tasks under one protocol; cached per model and task, resumable."""
-    from neoembed.evaluation.runner import resolve_models, run_evaluation
-    from neoembed.evaluation.tasks import select_tasks, use_local_datasets
+    from neoembed.evaluation import resolve_models, run_evaluation, select_tasks, use_local_datasets
 
     if settings.threads:
         import torch

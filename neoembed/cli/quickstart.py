@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from neoembed.cli.options import options_from
-from neoembed.quickstart.pipeline import QuickstartSettings
+from neoembed.quickstart import QuickstartSettings
 
 
 @options_from(QuickstartSettings)

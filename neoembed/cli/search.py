@@ -11,7 +11,7 @@ import typer
 
 from neoembed.cli.index import setup
 from neoembed.cli.options import Flag, options_from
-from neoembed.index.settings import SearchSettings
+from neoembed.index import SearchSettings
 
 
 # mmap is left to library callers: the command line always memory-maps the index.

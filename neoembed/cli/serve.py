@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from neoembed.cli.options import Flag, options_from
-from neoembed.serve.settings import ServeSettings
+from neoembed.serve import ServeSettings
 
 
 @options_from(

@@ -23,8 +23,7 @@ from datasets import Dataset, Features, Value
 from datasets.exceptions import DatasetGenerationError
 from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
 
-from neoembed.data.normalize import text_key
-from neoembed.data.records import RecordsError, load_records
+from neoembed.data import RecordsError, load_records, text_key
 from neoembed.errors import InputError
 
 REQUIRED_COLUMNS = ("query", "positive", "negatives")

@@ -16,8 +16,8 @@ from sentence_transformers.sentence_transformer.evaluation import (
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.settings import EvalSettings, HeldOutSet, PromptSettings
-from neoembed.data.foldoc import foldoc_retrieval
-from neoembed.evaluation.local_tasks import wordnet_example_retrieval
+from neoembed.data import foldoc_retrieval
+from neoembed.evaluation import wordnet_example_retrieval
 
 RECALL_AT = [1, 10, 100]
 HEADLINE = ["ndcg@10"] + [f"recall@{k}" for k in RECALL_AT]
@@ -28,7 +28,7 @@ def records_retrieval(
 ) -> tuple[dict, dict, dict]:
     """Held-out records: each query -> its positive, among the positives of the first `n_corpus` rows."""
     from neoembed.contrastive.data import ContrastiveDataError
-    from neoembed.data.records import RecordsError, load_records
+    from neoembed.data import RecordsError, load_records
 
     try:
         table = load_records(path, [source])[source]

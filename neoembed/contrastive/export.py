@@ -15,8 +15,8 @@ from pathlib import Path
 from neoembed.contrastive.lora import has_adapters, merge_adapters
 from neoembed.contrastive.model import BaseModelError
 from neoembed.contrastive.model_card import TrainingFacts, is_hub_id, model_card
+from neoembed.contrastive.model_meta import export_model_meta, write_model_meta
 from neoembed.embedder import position_limit
-from neoembed.evaluation.model_meta import export_model_meta, write_model_meta
 from neoembed.run_files import write_text
 
 NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")

@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.data import leakage_summary
 from neoembed.embedder import MINILM_ALIASES
-from neoembed.evaluation.model_meta import leakage_guard_summary
 
 SECTION_BEFORE = "\n## Training Details\n"  # the library template's heading our section goes in front of
 
@@ -87,7 +87,7 @@ def training_facts(
         recipe=settings.model_dump(mode="json"),
         infonce_weight=settings.loss.infonce_weight,
         distillation=distillation(settings, dimension),
-        leakage=leakage_guard_summary(settings.data.path),
+        leakage=leakage_summary(settings.data.path),
     )
 
 

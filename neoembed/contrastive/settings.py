@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, model_validator
 
-from neoembed.data.foldoc import HELDOUT_CORPUS, HELDOUT_QUERIES
+from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES
 from neoembed.recipes import StrictSettings
 from neoembed.training import OptimSettings, TrainSettings
 

@@ -1,1 +1,21 @@
-"""Contrastive data: manifests, source readers, normalisation, dedup, hard-negative mining, dataset build."""
+"""Contrastive data: manifests, source readers, normalisation, dedup, the leakage guard, hard-negative mining
+and the dataset build, with WordNet and FOLDOC as the embedded sources."""
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "build": ["Build", "BuildConfig", "build"],
+        "foldoc": ["HELDOUT_CORPUS", "HELDOUT_QUERIES", "foldoc_retrieval"],
+        "leakage": ["GuardedTexts"],
+        "manifest": ["load_manifests"],
+        "mining": ["MiningConfig", "SEARCH_CHUNK", "exact_searcher"],
+        "normalize": ["clean", "text_key"],
+        "records": ["RecordsError", "load_records"],
+        "rescore": ["RescoreConfig"],
+        "sources": ["open_source"],
+        "stats": ["leakage_summary", "mining_summary"],
+        "wordnet": ["Synset", "load_synsets", "sample_order", "split_of"],
+    },
+)

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 from tqdm import tqdm
 
-from neoembed.data.leakage import leak_guard
+from neoembed.data.leakage import GuardedTexts, leak_guard
 from neoembed.data.manifest import Manifest, StsRule, load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
@@ -161,16 +161,22 @@ def _sha(*items) -> str:
 
 
 class Build:
-    def __init__(self, config: BuildConfig):
+    def __init__(self, config: BuildConfig, benchmark: GuardedTexts | None = None):
         if config.out is None:
             raise InputError("an output directory is needed to build (--out)", param="out")
+        if bool(config.eval_benchmark) != (benchmark is not None):
+            raise InputError(
+                "eval_benchmark and the benchmark's texts go together: collect them with "
+                "neoembed.evaluation.benchmark_texts(config.eval_benchmark)",
+                param="eval_benchmark",
+            )
         self.config = config
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.manifests = load_manifests(config.manifests, list(config.sources) if config.sources else None)
         self.log_path = self.out / "build.jsonl"
         self._miner: Miner | None = None
-        self.guard = leak_guard(config.eval_texts, config.eval_benchmark, config.eval_benchmark_missing)
+        self.guard = leak_guard(config.eval_texts, benchmark)
         self.truncator = Truncator(config.tokenizer, config.max_tokens) if config.max_tokens else None
         if self.guard.skipped:
             self.log("eval_benchmark_skipped", tasks=self.guard.skipped)
@@ -452,6 +458,9 @@ def _total(sources: dict) -> dict:
     return total
 
 
-def build(config: BuildConfig, merge_only: bool = False) -> dict | None:
-    """Run a build (or this shard's part of one); returns the stats once the whole build is complete."""
-    return Build(config).run(merge_only=merge_only)
+def build(
+    config: BuildConfig, merge_only: bool = False, benchmark: GuardedTexts | None = None
+) -> dict | None:
+    """Run a build (or this shard's part of one); returns the stats once the whole build is complete.
+    `benchmark` holds the texts of `config.eval_benchmark`'s tasks (`neoembed.evaluation.benchmark_texts`)."""
+    return Build(config, benchmark).run(merge_only=merge_only)

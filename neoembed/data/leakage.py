@@ -2,7 +2,8 @@
 
 Every build guards FOLDOC's held-out set (its terms and definitions, `foldoc.heldout_texts`: the cross-source
 set `neoembed contrastive` and `mteb-eval` score), the texts of any `--eval-texts` files, and those of the
-tasks of `--eval-benchmark` (one set per task, `benchmark_texts`). A row whose query or positive is one of
+tasks of `--eval-benchmark` (one set per task, collected by `neoembed.evaluation.benchmark_texts` and handed
+to the build as `GuardedTexts`). A row whose query or positive is one of
 them is dropped (reason `leakage`, counted per guarded set), and so is a negative. Texts match by `text_key`
 (case, punctuation and spacing ignored). WordNet needs no entry here: its held-out synsets never become
 training rows (`wordnet.split_of`).
@@ -19,12 +20,20 @@ from pathlib import Path
 
 import numpy as np
 
-from neoembed.data.benchmark_texts import Missing, benchmark_keys
 from neoembed.data.foldoc import heldout_texts
 from neoembed.data.normalize import clean, text_key
 
 FOLDOC = "foldoc"
 EVAL_TEXTS = "eval_texts"
+
+
+@dataclass(frozen=True)
+class GuardedTexts:
+    """Evaluation texts a build keeps out of training, collected by its caller: the text keys of each named
+    set (a benchmark's tasks), and the sets that could not be collected (name -> why)."""
+
+    sets: dict[str, frozenset[int]]
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,18 +64,14 @@ class LeakGuard:
         return {name: len(guarded) for name, guarded in self.sets.items()}
 
 
-def leak_guard(
-    eval_texts: Iterable[Path] = (), eval_benchmark: str | None = None, missing: Missing = "error"
-) -> LeakGuard:
-    """FOLDOC's held-out texts, then the texts of the `eval_texts` files, then those of each task of
-    `eval_benchmark` (a set per task, named by the task; `benchmark_texts`)."""
+def leak_guard(eval_texts: Iterable[Path] = (), benchmark: GuardedTexts | None = None) -> LeakGuard:
+    """FOLDOC's held-out texts, then the texts of the `eval_texts` files, then the `benchmark`'s sets (a set
+    per task, named by the task)."""
     foldoc = frozenset(text_key(clean(text)) for text in heldout_texts())
     sets = {FOLDOC: foldoc, EVAL_TEXTS: frozenset(read_eval_keys(eval_texts))}
-    skipped = {}
-    if eval_benchmark:
-        tasks, skipped = benchmark_keys(eval_benchmark, missing)
-        sets |= tasks
-    return LeakGuard(sets, skipped)
+    if benchmark is None:
+        return LeakGuard(sets)
+    return LeakGuard(sets | benchmark.sets, dict(benchmark.skipped))
 
 
 def read_eval_keys(files: Iterable[Path]) -> set[int]:

@@ -29,7 +29,7 @@ from neoembed.data.rescore import RescoreConfig, load_rescorer
 from neoembed.recipes import StrictSettings
 from neoembed.vector_file import embed_to_file
 
-CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
+SEARCH_CHUNK = 8192  # rows per einsum / FAISS add / search-and-select step
 POOL_CHUNK = 65_536  # pool rows in RAM at a time during a CPU search (96 MiB at 384 dimensions)
 
 
@@ -152,13 +152,13 @@ class Miner:
         stats.seconds["select"] += time.perf_counter() - started
 
         started = time.perf_counter()
-        search = _searcher(p_emb)
+        search = exact_searcher(p_emb)
         stats.seconds["search"] += time.perf_counter() - started
         k = min(len(unique_pool), cfg.candidates + 1)
         chosen = np.full((len(unique_queries), cfg.num_negatives), -1, dtype=np.int64)
         # Search and select a chunk of queries at a time: memory stays bounded by the chunk, not the part.
-        for lo in range(0, len(unique_queries), CHUNK):
-            hi = min(lo + CHUNK, len(unique_queries))
+        for lo in range(0, len(unique_queries), SEARCH_CHUNK):
+            hi = min(lo + SEARCH_CHUNK, len(unique_queries))
             started = time.perf_counter()
             scores, ids = search(np.ascontiguousarray(q_emb[lo:hi]), k)
             stats.seconds["search"] += time.perf_counter() - started
@@ -216,8 +216,8 @@ def _thresholds(score, query_index: np.ndarray, pool_index: np.ndarray, margin: 
     """Per unique query: its lowest positive score under `score(queries, pool ids)` less the relative margin."""
     row_scores = np.concatenate(
         [
-            score(query_index[s : s + CHUNK], pool_index[s : s + CHUNK])
-            for s in range(0, len(query_index), CHUNK)
+            score(query_index[s : s + SEARCH_CHUNK], pool_index[s : s + SEARCH_CHUNK])
+            for s in range(0, len(query_index), SEARCH_CHUNK)
         ]
     )
     positive_score = np.full(int(query_index.max()) + 1, np.inf, dtype=np.float32)
@@ -241,7 +241,7 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.reshape(-1)], first[order]
 
 
-def _searcher(pool: np.ndarray):
+def exact_searcher(pool: np.ndarray):
     """`search(queries, k)` -> (scores, ids) of the exact inner-product top k (embeddings are normalised:
     cosine) over the memory-mapped `pool`.
 
@@ -254,8 +254,8 @@ def _searcher(pool: np.ndarray):
 
     if getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
         index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatIP(pool.shape[1]))
-        for start in range(0, len(pool), CHUNK):
-            index.add(np.ascontiguousarray(pool[start : start + CHUNK]))
+        for start in range(0, len(pool), SEARCH_CHUNK):
+            index.add(np.ascontiguousarray(pool[start : start + SEARCH_CHUNK]))
         return index.search
 
     def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

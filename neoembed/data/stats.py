@@ -1,6 +1,9 @@
-"""Render a build's stats.json as a readable stats.md."""
+"""A build's stats.json read for people: stats.md, the mining summary, and the model card's leakage sentence."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from neoembed.data.normalize import REASONS
 
@@ -156,3 +159,26 @@ def _relations(mining: dict) -> str:
 
 def _pct(p: dict) -> str:
     return "/".join(str(p[k]) for k in ("p5", "p50", "p95", "p99")) if p else "-"
+
+
+def leakage_summary(data_path: Path) -> str | None:
+    """One sentence for the model card: the evaluation texts the build at `data_path` kept out of training
+    (per guarded set or benchmark task, the rows dropped), and the benchmark tasks it could not guard; None
+    when the build's stats.json is missing or predates the guard."""
+    stats_file = Path(data_path) / "stats.json"
+    try:
+        stats = json.loads(stats_file.read_text(encoding="utf-8"))
+        guarded, dropped = stats["config"]["guarded_texts"], stats["total"]["rows_dropped_for_leakage"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    sets = ", ".join(f"{name} {dropped.get(name, 0)} rows ({n:,} texts)" for name, n in guarded.items())
+    benchmark = stats["config"].get("eval_benchmark")
+    summary = (
+        "Leakage guard: training rows whose query or positive is an evaluation text were removed"
+        + (f" (benchmark `{benchmark}`, a set per task)" if benchmark else "")
+        + f": {sets}."
+    )
+    skipped = stats["config"].get("eval_benchmark_skipped") or {}
+    if skipped:
+        summary += f" Not guarded (data unavailable at build time): {', '.join(skipped)}."
+    return summary

@@ -1,17 +1,24 @@
-"""Evaluation: the uniform MTEB harness (the modules here) and the GLUE fine-tuning harness (``glue/``).
+"""Evaluation: the uniform MTEB harness (the modules here) and the GLUE fine-tuning harness (`glue/`).
 
-MTEB: ``models`` loads any embedder under one protocol, ``model_meta`` writes and reads the mteb ModelMeta
-of exported embedders, ``local_tasks`` builds offline WordNet tasks, ``tasks`` selects tasks, ``runner``
-runs them resumably, ``significance`` tests paired differences between models and ``summary`` aggregates
-the results.
-
-mteb creates its default result cache (``$MTEB_CACHE`` or ``~/.cache/mteb``) the moment it is imported.
-This package is the one place that points it somewhere neoembed owns, before any of its modules imports
-mteb; every run still passes its own ``ResultCache`` under the run's output directory.
+MTEB: `models` loads any embedder under one protocol, `model_meta` reads the mteb ModelMeta an export
+carries, `local_tasks` builds offline WordNet and FOLDOC tasks, `tasks` selects tasks, `runner` runs them
+resumably, `significance` tests paired differences between models, `summary` aggregates the results, and
+`benchmark_texts` collects a benchmark's evaluation texts for the data build's leakage guard. mteb is
+imported through `neoembed.mteb_setup`, which points its result cache under neoembed's cache first.
 """
 
-import os
+import lazy_loader
 
-from neoembed.cache import cache_root
-
-os.environ.setdefault("MTEB_CACHE", str(cache_root() / "mteb"))
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "benchmark_texts": ["benchmark_texts"],
+        "local_tasks": ["LOCAL_TASKS", "heldout_synsets", "wordnet_example_retrieval"],
+        "model_meta": ["META_FILE", "read_model_meta"],
+        "models": ["EvalSettings", "load_model", "resolve_model"],
+        "runner": ["resolve_models", "run_evaluation"],
+        "settings": ["MtebEvalSettings"],
+        "summary": ["to_markdown"],
+        "tasks": ["select_tasks", "task_types", "use_local_datasets"],
+    },
+)

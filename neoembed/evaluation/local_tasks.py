@@ -25,6 +25,8 @@ import random
 from collections import defaultdict
 from typing import Any
 
+from neoembed.mteb_setup import mteb  # noqa: F401 - sets MTEB_CACHE before mteb loads
+
 from datasets import Dataset, DatasetDict
 from mteb import AbsTask, TaskMetadata
 from mteb.abstasks.classification import AbsTaskClassification
@@ -32,8 +34,7 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
-from neoembed.data.foldoc import foldoc_retrieval
-from neoembed.data.wordnet import Synset, load_synsets, split_of
+from neoembed.data import Synset, foldoc_retrieval, load_synsets, split_of
 
 # Bump when the sampling below changes: it is the tasks' dataset revision, so cached results of an older
 # sample are never mixed with new ones.

@@ -140,7 +140,7 @@ def _is_packaged_minilm(path: Path) -> bool:
 def _model_meta(name: str, revision: str, settings: EvalSettings | None, stored: Any = None) -> Any:
     """The cache identity: `stored` (an export's ModelMeta) or an empty meta, with name, revision and the
     protocol's scoring settings."""
-    from mteb.models import ModelMeta
+    from neoembed.mteb_setup import mteb
 
     identity = {
         "name": name,
@@ -149,13 +149,13 @@ def _model_meta(name: str, revision: str, settings: EvalSettings | None, stored:
     }
     if stored is not None:
         return stored.model_copy(update={k: v for k, v in identity.items() if k != "name"})
-    return ModelMeta.create_empty(overwrites=identity)
+    return mteb.models.ModelMeta.create_empty(overwrites=identity)
 
 
 def resolve_model(name: str, settings: EvalSettings) -> ModelSpec:
     """Resolve `name` to what will be loaded and its cache identity, without loading weights."""
     if name.lower() in BM25_NAMES:
-        import mteb
+        from neoembed.mteb_setup import mteb
 
         return ModelSpec(label="bm25", kind="bm25", source="", meta=mteb.get_model_meta(BM25_MTEB_NAME))
     try:
@@ -227,16 +227,14 @@ def load_sentence_transformer(spec: ModelSpec, settings: EvalSettings, device: s
 
 def load_model(spec: ModelSpec, settings: EvalSettings, device: str | None = None):
     """An mteb model for `spec` whose `mteb_model_meta` is the spec's cache identity."""
-    if spec.is_lexical:
-        import mteb
+    from neoembed.mteb_setup import mteb
 
+    if spec.is_lexical:
         try:
             return mteb.get_model(BM25_MTEB_NAME)
         except ImportError as err:
             raise ModelLoadError(f"cannot load bm25: {err} (pip install 'mteb[bm25s]')") from err
-    from mteb.models import SentenceTransformerEncoderWrapper
-
-    wrapper = SentenceTransformerEncoderWrapper(load_sentence_transformer(spec, settings, device))
+    wrapper = mteb.models.SentenceTransformerEncoderWrapper(load_sentence_transformer(spec, settings, device))
     # Set directly rather than through the constructor: mteb validates prompt keys against its own task
     # registry, which does not know neoembed's local tasks.
     wrapper.model_prompts = dict(settings.prompts) or None

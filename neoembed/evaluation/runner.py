@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import mteb
+from neoembed.mteb_setup import mteb
+
 from mteb import AbsTask, ResultCache, TaskResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from neoembed.mteb_setup import mteb  # noqa: F401 - sets MTEB_CACHE before mteb loads
+
 import numpy as np
 from mteb import AbsTask
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from neoembed.mteb_setup import mteb
+
 import numpy as np
 from mteb import AbsTask, TaskResult
 from mteb.abstasks.aggregated_task import AbsTaskAggregate
@@ -36,8 +38,6 @@ class Row:
 
 
 def summary_rows(tasks: Sequence[AbsTask]) -> list[Row]:
-    import mteb
-
     parent_of = {
         sub.metadata.name: name for name in GROUPED_AGGREGATES for sub in mteb.get_task(name).metadata.tasks
     }

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
 
-import mteb
+from neoembed.mteb_setup import mteb
+
 from mteb import AbsTask
 from mteb.abstasks.aggregated_task import AbsTaskAggregate
 from mteb.abstasks.retrieval import AbsTaskRetrieval

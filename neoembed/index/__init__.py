@@ -10,39 +10,20 @@ arguments; the `neoembed index` and `neoembed search` options are generated from
 faiss is imported through `neoembed.faiss_setup`, which sets the BLAS core type first.
 """
 
-from neoembed.index.build import add_documents, build_index, rebuild_index
-from neoembed.index.corpus import CorpusReader, Document
-from neoembed.index.errors import CorpusError, IndexingError, IndexMismatchError
-from neoembed.index.export import export_index
-from neoembed.index.factory import choose_factory
-from neoembed.index.manifest import Manifest
-from neoembed.index.search import Hit, SearchIndex, load_index
-from neoembed.index.settings import (
-    AddSettings,
-    BuildSettings,
-    ExportSettings,
-    RebuildSettings,
-    SearchSettings,
-)
+import lazy_loader
 
-__all__ = [
-    "AddSettings",
-    "BuildSettings",
-    "CorpusError",
-    "CorpusReader",
-    "Document",
-    "ExportSettings",
-    "Hit",
-    "IndexMismatchError",
-    "IndexingError",
-    "Manifest",
-    "RebuildSettings",
-    "SearchIndex",
-    "SearchSettings",
-    "add_documents",
-    "build_index",
-    "choose_factory",
-    "export_index",
-    "load_index",
-    "rebuild_index",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "build": ["add_documents", "build_index", "rebuild_index"],
+        "corpus": ["CorpusReader", "Document", "wordnet_documents"],
+        "errors": ["CorpusError", "IndexMismatchError", "IndexingError"],
+        "export": ["export_index"],
+        "factory": ["choose_factory", "ivf_lists", "pq_subquantizers"],
+        "manifest": ["MANIFEST_FILE", "VECTORS_FILE", "Manifest"],
+        "search": ["Hit", "SearchIndex", "load_index"],
+        "settings": ["AddSettings", "BuildSettings", "ExportSettings", "RebuildSettings", "SearchSettings"],
+        "train": ["train_and_add"],
+        "tune": ["exact_neighbors", "measure", "tune"],
+    },
+)

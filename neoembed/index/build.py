@@ -16,9 +16,10 @@ import os
 import time
 from pathlib import Path
 
+from neoembed.faiss_setup import faiss, set_threads
+
 import numpy as np
 
-from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
 from neoembed.index.corpus import CorpusReader
 from neoembed.index.errors import IndexingError, IndexMismatchError

@@ -83,7 +83,7 @@ def wordnet_documents(synsets=None) -> Iterator[Document]:
 
     The example sentences are left out of the text: they serve as held-out queries.
     """
-    from neoembed.data.wordnet import load_synsets
+    from neoembed.data import load_synsets
 
     for synset in load_synsets() if synsets is None else synsets:
         lemmas = ", ".join(lemma.replace("_", " ") for lemma in synset.lemmas)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from neoembed.faiss_setup import faiss, set_threads
+
 import numpy as np
 
-from neoembed.faiss_setup import faiss, set_threads
 from neoembed.index import encode
 from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import set_search_params

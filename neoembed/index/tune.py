@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from neoembed.faiss_setup import faiss
+
 import numpy as np
 
-from neoembed.faiss_setup import faiss
 from neoembed.index.factory import faiss_metric, search_parameter, set_search_params
 
 K = 10

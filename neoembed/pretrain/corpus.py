@@ -46,7 +46,7 @@ def expand_files(patterns: list[str]) -> list[str]:
 
 def _wordnet_documents(heldout: bool) -> list[str]:
     """One document per synset: its lemmas, gloss and example sentences, from one side of the split."""
-    from neoembed.data.wordnet import load_synsets, split_of
+    from neoembed.data import load_synsets, split_of
 
     wanted = "heldout" if heldout else "train"
     documents = []

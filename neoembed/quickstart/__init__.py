@@ -1,5 +1,8 @@
 """The README's main job: the toolkit end to end on the embedded default, as resumable steps."""
 
-from neoembed.quickstart.pipeline import DEFAULT, SMOKE, QuickstartSettings, Sizes, run_quickstart
+import lazy_loader
 
-__all__ = ["DEFAULT", "SMOKE", "QuickstartSettings", "Sizes", "run_quickstart"]
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={"pipeline": ["DEFAULT", "SMOKE", "QuickstartSettings", "Sizes", "run_quickstart"]},
+)

@@ -33,7 +33,7 @@ class SearchQuery:
 
 def search_queries(count: int) -> list[SearchQuery]:
     """The first `count` held-out synsets (never seen in training) with a whole example sentence."""
-    from neoembed.evaluation.local_tasks import heldout_synsets
+    from neoembed.evaluation import heldout_synsets
 
     def whole_sentence(example: str) -> bool:
         return len(example.split()) >= 6 and "..." not in example
@@ -44,8 +44,8 @@ def search_queries(count: int) -> list[SearchQuery]:
 
 def write_gloss_corpus(path: Path, documents: int, queries: list[SearchQuery]) -> Path:
     """The first `documents` WordNet glosses as jsonl, the queries' synsets included, for toy-sized runs."""
-    from neoembed.data.wordnet import load_synsets
-    from neoembed.index.corpus import wordnet_documents
+    from neoembed.data import load_synsets
+    from neoembed.index import wordnet_documents
 
     wanted = {q.synset for q in queries}
     synsets = load_synsets()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from neoembed.contrastive.model_card import relative_change
+from neoembed.contrastive import relative_change
 
 
 def format_searches(searches: list[dict], shown: int = 3) -> str:

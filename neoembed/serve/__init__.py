@@ -6,8 +6,13 @@ carries token ids and cuts them into batches by token budget; the backend is a s
 (`backend` is its handle, `worker` its code) that owns the model and embeds the ids.
 """
 
-from neoembed.serve.app import create_app
-from neoembed.serve.server import run_server, serve_in_thread
-from neoembed.serve.settings import ServeSettings
+import lazy_loader
 
-__all__ = ["ServeSettings", "create_app", "run_server", "serve_in_thread"]
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "app": ["create_app"],
+        "server": ["run_server", "serve_in_thread"],
+        "settings": ["ServeSettings"],
+    },
+)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from neoembed import __version__
 from neoembed.serve.errors import install_error_handlers
 from neoembed.serve.middleware import ApiKeyMiddleware, BodyLimitMiddleware, RequestMetricsMiddleware
 from neoembed.serve.routes import ROUTES, router
@@ -33,7 +33,10 @@ def create_app(settings: ServeSettings) -> FastAPI:
     """
     state = build_state(settings)
     app = FastAPI(
-        title="neoembed", version=__version__, summary=f"Embeddings of {state.name}", lifespan=lifespan
+        title="neoembed",
+        version=version("neoembed"),
+        summary=f"Embeddings of {state.name}",
+        lifespan=lifespan,
     )
     app.state.server = state
     app.include_router(router)

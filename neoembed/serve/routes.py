@@ -8,6 +8,7 @@ another process, so /health and /metrics never wait behind inference.
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -15,7 +16,6 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
-from neoembed import __version__
 from neoembed.serve.errors import APIError, InvalidInput
 from neoembed.serve.inputs import Inputs, parse_openai_input, parse_texts
 from neoembed.serve.responses import openai_body, rows_body, shape
@@ -113,7 +113,7 @@ async def info(state: State) -> dict:
         "device": state.model.device,
         "dtype": state.model.dtype,
         "index": state.index.info if state.index is not None else None,
-        "version": __version__,
+        "version": version("neoembed"),
     }
 
 

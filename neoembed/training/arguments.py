@@ -63,13 +63,13 @@ def trainer_arguments(
 
 
 def compile_encoder(model) -> None:
-    """`train.compile`: NeoBERT compiles each block's work around attention (attention stays a fused kernel
-    call); any other encoder is compiled whole, with dynamic shapes since batch lengths vary. `model` is the
-    encoder or a module holding it (a sentence-transformers model, a classifier)."""
-    from neoembed.pretrain.neobert import NeoBERTPreTrainedModel
-
+    """`train.compile`: an encoder that knows how to compile itself (NeoBERT's `compile_layers`: each block's
+    work around attention, attention staying a fused kernel call) does so; any other is compiled whole, with
+    dynamic shapes since batch lengths vary. `model` is the encoder or a module holding it (a
+    sentence-transformers model, a classifier)."""
     encoder = next(m for m in model.modules() if isinstance(m, PreTrainedModel))
-    if isinstance(encoder, NeoBERTPreTrainedModel):
-        encoder.compile_layers()
+    compile_layers = getattr(encoder, "compile_layers", None)
+    if compile_layers is not None:
+        compile_layers()
     else:
         encoder.compile(dynamic=True)

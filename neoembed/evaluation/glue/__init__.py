@@ -3,23 +3,14 @@
 `run_glue` fine-tunes and scores; `write_report` writes the table. The CLI verb is `neoembed glue`.
 """
 
-from neoembed.evaluation.glue.report import glue_average, to_markdown, write_report
-from neoembed.evaluation.glue.runner import TaskResult, run_glue
-from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters, load_settings
-from neoembed.evaluation.glue.tasks import TASKS, GlueError, GlueTask, get_task, select_tasks
+import lazy_loader
 
-__all__ = [
-    "TASKS",
-    "GlueError",
-    "GlueSettings",
-    "GlueTask",
-    "Hyperparameters",
-    "TaskResult",
-    "get_task",
-    "glue_average",
-    "load_settings",
-    "run_glue",
-    "select_tasks",
-    "to_markdown",
-    "write_report",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "report": ["glue_average", "to_markdown", "write_report"],
+        "runner": ["TaskResult", "run_glue"],
+        "settings": ["GlueSettings", "Hyperparameters", "load_settings"],
+        "tasks": ["TASKS", "GlueError", "GlueTask", "get_task", "select_tasks"],
+    },
+)

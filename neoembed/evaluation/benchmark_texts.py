@@ -1,4 +1,6 @@
-"""The evaluation texts of mteb tasks, for the leakage guard: `--eval-benchmark "MTEB(eng, v2)"` or task names.
+"""The evaluation texts of mteb tasks, for the data build's leakage guard: `--eval-benchmark "MTEB(eng, v2)"` or
+task names. The build receives them as plain data (`data.GuardedTexts`, a key set per task); collecting them
+is evaluation's job, since it needs mteb's tasks.
 
 Which texts of a task are guarded:
 - retrieval and reranking tasks (mteb 2.x runs reranking as retrieval): the queries of the evaluation splits.
@@ -26,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from neoembed.cache import cache_root
-from neoembed.data.normalize import clean, text_key
+from neoembed.data import GuardedTexts, clean, text_key
 from neoembed.errors import RunError
 from neoembed.run_files import temp_path
 
@@ -57,9 +59,12 @@ def resolve_tasks(spec: str) -> list:
     return list(unique.values())
 
 
-def benchmark_keys(spec: str, missing: Missing = "error") -> tuple[dict[str, frozenset[int]], dict[str, str]]:
-    """Per task of `spec`, the keys of its evaluation texts; and the tasks skipped (name -> why) when
-    `missing` is "skip" and their data cannot be loaded. With "error", the first such task stops the build."""
+def benchmark_texts(spec: str | None, missing: Missing = "error") -> GuardedTexts | None:
+    """Per task of `spec`, the keys of its evaluation texts, and the tasks skipped (name -> why) when
+    `missing` is "skip" and their data cannot be loaded; with "error", the first such task stops the build.
+    None for no `spec`."""
+    if not spec:
+        return None
     sets, skipped = {}, {}
     tasks = resolve_tasks(spec)
     with _offline_unless_hub_reachable():
@@ -81,7 +86,7 @@ def benchmark_keys(spec: str, missing: Missing = "error") -> tuple[dict[str, fro
                     stacklevel=2,
                 )
                 skipped[name] = reason
-    return sets, skipped
+    return GuardedTexts(sets, skipped)
 
 
 @contextmanager
@@ -123,7 +128,9 @@ def task_keys(task) -> np.ndarray:
 
 def task_texts(task):
     """The guarded texts of a loaded task (see the module's docstring), in any order, repeats included."""
-    from mteb.abstasks.retrieval import AbsTaskRetrieval
+    from neoembed.mteb_setup import mteb
+
+    AbsTaskRetrieval = mteb.abstasks.retrieval.AbsTaskRetrieval
 
     for split in _eval_splits(task):
         if isinstance(task, AbsTaskRetrieval):
