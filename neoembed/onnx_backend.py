@@ -17,8 +17,8 @@ real tokens only and attention as one padded SDPA per layer.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from neoembed.errors import InputError
+from neoembed.run_files import write_json
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,25 @@ def encoder_inputs(model) -> tuple[str, ...]:
     return tuple(name for name in INPUT_NAMES if name in accepted and name in produced)
 
 
-def export_onnx(model_name: str, out_dir: Path, *, quantize: Quantize | None = None) -> dict:
+@dataclass
+class Deviation:
+    """How far an exported graph's embeddings of the probe texts are from the torch model's."""
+
+    max_abs: float
+    worst_cosine: float
+
+
+@dataclass
+class OnnxExport:
+    """What `export_onnx` wrote (also onnx/export.json): the graphs, each with its deviation from torch."""
+
+    model: str
+    inputs: list[str]
+    opset: int
+    files: dict[str, Deviation]  # file name under onnx/ -> its deviation
+
+
+def export_onnx(model_name: str, out_dir: Path, *, quantize: Quantize | None = None) -> OnnxExport:
     """Write `model_name` (any name `load_embedder` takes) to `out_dir` as an export directory; return what was
     written and the export's largest deviation from the torch model on the probe texts."""
     from neoembed.embedder import load_embedder
@@ -105,13 +124,12 @@ def export_onnx(model_name: str, out_dir: Path, *, quantize: Quantize | None = N
     deviation = {}
     for file in files:
         vectors = load_onnx_embedder(out_dir, file_name=file.name).encode(PROBE_TEXTS, convert_to_numpy=True)
-        deviation[file.name] = {
-            "max_abs": float(np.abs(vectors - expected).max()),
-            "worst_cosine": worst_cosine(expected, vectors),
-        }
-    report = {"model": model_name, "inputs": list(names), "opset": OPSET, "files": deviation}
-    (path.parent / "export.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return report
+        deviation[file.name] = Deviation(
+            float(np.abs(vectors - expected).max()), worst_cosine(expected, vectors)
+        )
+    export = OnnxExport(model_name, list(names), OPSET, deviation)
+    write_json(path.parent / "export.json", asdict(export))
+    return export
 
 
 def onnx_file(model_dir: Path, file_name: str | None = None) -> Path:

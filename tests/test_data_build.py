@@ -100,7 +100,7 @@ def test_missing_column_names_manifest_and_field(tmp_path, sources):
 
 
 def test_maps_real_source_shapes_and_counts_every_drop(config):
-    stats = build(config)
+    stats = build(config).stats
     allnli = read_source(config.out, "allnli")
     texts, keys = ("query", "positive", "negatives", "source"), ("query_key", "positive_key", "negative_keys")
     assert {k: allnli[0][k] for k in texts} == {
@@ -162,7 +162,7 @@ def test_rebuild_is_byte_identical(config, tmp_path):
 
 
 def test_resumes_after_a_crash_without_losing_or_duplicating_rows(config, tmp_path, monkeypatch):
-    reference = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "reference"}))
+    reference = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "reference"})).stats
     original = Build.build_unit
     calls = []
 
@@ -183,7 +183,7 @@ def test_resumes_after_a_crash_without_losing_or_duplicating_rows(config, tmp_pa
     (config.out / calls[1].path.parent / f".{calls[1].path.name}.tmp999").write_bytes(b"partial")
 
     monkeypatch.setattr(Build, "build_unit", original)
-    resumed = build(config)
+    resumed = build(config).stats
     assert resumed == reference
     assert first.stat().st_mtime_ns == mtime  # finished parts are not rebuilt
     for name in reference["sources"]:
@@ -191,9 +191,9 @@ def test_resumes_after_a_crash_without_losing_or_duplicating_rows(config, tmp_pa
 
 
 def test_shards_split_the_units_and_merge_to_the_same_result(config, tmp_path):
-    reference = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "reference"}))
+    reference = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "reference"})).stats
     assert build(BuildConfig(**{**config.__dict__, "shard": (0, 2)})) is None  # half the units: no stats yet
-    merged = build(BuildConfig(**{**config.__dict__, "shard": (1, 2)}))
+    merged = build(BuildConfig(**{**config.__dict__, "shard": (1, 2)})).stats
     assert merged == reference
 
 
@@ -214,7 +214,7 @@ def test_load_records_reads_a_finished_build(config):
 
     with pytest.raises(RecordsError, match="no stats.json"):
         load_records(config.out)
-    stats = build(config)
+    stats = build(config).stats
     records = load_records(config.out)
     assert {n: len(d) for n, d in records.items()} == {n: s["rows_out"] for n, s in stats["sources"].items()}
     assert records["qqp"].column_names == [
@@ -280,7 +280,7 @@ def test_foldoc_held_out_texts_in_a_training_source_are_dropped_and_counted(tmp_
             {"term": "what is a cat?", "definition": "A small feline.", "other": other_definition},
         ],
     )
-    stats = build(config)
+    stats = build(config).stats
     source = stats["sources"]["dictionary"]
     assert source["dropped"]["leakage"] == 2
     assert source["rows_dropped_for_leakage"] == {"foldoc": 2, "eval_texts": 0}
@@ -296,9 +296,11 @@ def test_a_change_of_the_guarded_texts_rebuilds_what_it_affects(tmp_path, monkey
 
     rows = [{"term": f"question {i}", "definition": f"Answer number {i}.", "other": "n"} for i in range(3)]
     config = dictionary_build(tmp_path, rows)
-    assert build(config)["sources"]["dictionary"]["kept"] == 3
+    assert build(config).stats["sources"]["dictionary"]["kept"] == 3
     guarded = neoembed.data.leakage.heldout_texts()
     monkeypatch.setattr(neoembed.data.leakage, "heldout_texts", lambda: [*guarded, "Answer number 1."])
-    stats = build(config)  # the same output directory: a resume, were the fingerprint blind to the guard
+    stats = build(
+        config
+    ).stats  # the same output directory: a resume, were the fingerprint blind to the guard
     assert stats["sources"]["dictionary"]["rows_dropped_for_leakage"]["foldoc"] == 1
     assert [r["query"] for r in read_source(config.out, "dictionary")] == ["question 0", "question 2"]

@@ -54,7 +54,7 @@ def test_long_texts_are_cut_to_the_token_budget_and_counted(tmp_path):
         {"q1": "Crash on start", "q2": LONG, "other": "Héllo " + LONG},
         {"q1": "A short question?", "q2": "A short answer.", "other": "A short negative."},
     ]
-    stats = build(pairs_build(tmp_path, rows, max_tokens=64))
+    stats = build(pairs_build(tmp_path, rows, max_tokens=64)).stats
     source = stats["sources"]["pairs"]
     assert source["kept"] == 2 and source["dropped"]["too_long"] == 0
     assert source["truncated"] == {"query": 0, "positive": 1, "negatives": 1}
@@ -71,7 +71,7 @@ def test_long_texts_are_cut_to_the_token_budget_and_counted(tmp_path):
 
 def test_without_a_token_budget_the_character_cap_drops_long_texts(tmp_path):
     rows = [{"q1": "Crash on start", "q2": LONG, "other": "x y z"}]
-    source = build(pairs_build(tmp_path, rows, max_tokens=0))["sources"]["pairs"]
+    source = build(pairs_build(tmp_path, rows, max_tokens=0)).stats["sources"]["pairs"]
     assert source["kept"] == 0 and source["dropped"]["too_long"] == 1
 
 
@@ -79,7 +79,9 @@ def test_an_evaluation_text_longer_than_the_budget_still_leaks_when_cut(tmp_path
     eval_file = tmp_path / "eval.txt"
     eval_file.write_text(LONG + "\n")
     rows = [{"q1": "Crash on start", "q2": LONG, "other": "x y z"}]
-    source = build(pairs_build(tmp_path, rows, max_tokens=64, eval_texts=(eval_file,)))["sources"]["pairs"]
+    source = build(pairs_build(tmp_path, rows, max_tokens=64, eval_texts=(eval_file,))).stats["sources"][
+        "pairs"
+    ]
     assert source["kept"] == 0 and source["rows_dropped_for_leakage"]["eval_texts"] == 1
 
 
@@ -93,16 +95,16 @@ SYMMETRIC_ROWS = [
 
 
 def test_reversed_pairs_of_a_symmetric_source_are_duplicates(tmp_path):
-    asymmetric = build(pairs_build(tmp_path / "a", SYMMETRIC_ROWS))["sources"]["pairs"]
+    asymmetric = build(pairs_build(tmp_path / "a", SYMMETRIC_ROWS)).stats["sources"]["pairs"]
     assert asymmetric["kept"] == 3  # (a, b) then (b, a): two pairs when order matters
-    symmetric = build(pairs_build(tmp_path / "s", SYMMETRIC_ROWS, PAIRS + "symmetric: true\n"))
+    symmetric = build(pairs_build(tmp_path / "s", SYMMETRIC_ROWS, PAIRS + "symmetric: true\n")).stats
     source = symmetric["sources"]["pairs"]
     assert source["kept"] == 2 and source["dropped"]["duplicate"] == 1 and source["reversed"] == 0
 
 
 def test_both_directions_writes_each_symmetric_pair_twice(tmp_path):
     config = pairs_build(tmp_path, SYMMETRIC_ROWS, PAIRS + "symmetric: true\n", both_directions=True)
-    stats = build(config)
+    stats = build(config).stats
     assert stats["sources"]["pairs"]["reversed"] == 2 and stats["sources"]["pairs"]["kept"] == 4
     pairs = [(r["query"], r["positive"], r["negatives"]) for r in written(config)]
     assert pairs == [
@@ -115,7 +117,7 @@ def test_both_directions_writes_each_symmetric_pair_twice(tmp_path):
     assert keys[1] == keys[0][::-1]
     # An asymmetric source is never reversed, whatever the option says.
     asymmetric = pairs_build(tmp_path / "a", SYMMETRIC_ROWS, both_directions=True)
-    assert build(asymmetric)["sources"]["pairs"]["reversed"] == 0
+    assert build(asymmetric).stats["sources"]["pairs"]["reversed"] == 0
 
 
 def test_repository_manifests_mark_the_duplicate_and_sts_sources_symmetric():
@@ -188,7 +190,9 @@ def guarded_build(config: BuildConfig) -> dict:
     """The build as `neoembed build-data` runs it: the benchmark's texts collected on the evaluation side."""
     from neoembed.evaluation import benchmark_texts
 
-    return build(config, benchmark=benchmark_texts(config.eval_benchmark, config.eval_benchmark_missing))
+    return build(
+        config, benchmark=benchmark_texts(config.eval_benchmark, config.eval_benchmark_missing)
+    ).stats
 
 
 BENCHMARK_ROWS = [

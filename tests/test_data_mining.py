@@ -163,7 +163,7 @@ def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
             rows_per_shard=400,
             mining=MiningConfig(batch_size=64),
         )
-    )
+    ).stats
     rows = [
         r for p in sorted((tmp_path / "wordnet").glob("part-*.parquet")) for r in pq.read_table(p).to_pylist()
     ]
@@ -265,7 +265,7 @@ def test_mine_always_appends_mined_negatives_after_the_given_ones(tmp_path):
         local_data=write_sources(tmp_path / "sources"),
         mining=MiningConfig(num_negatives=2, batch_size=16, margin=1.0),  # margin 1: any lower-scoring text
     )
-    stats = build(config)
+    stats = build(config).stats
     rows = pq.read_table(tmp_path / "out" / "allnli" / "part-00000.parquet").to_pylist()
     assert rows[0]["negatives"][0] == "Nobody plays."  # the given negative stays first
     positives = {r["positive"] for r in rows}

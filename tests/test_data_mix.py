@@ -80,7 +80,9 @@ def records(out: Path, name: str) -> list[dict]:
 
 def test_every_repository_manifest_builds_offline_from_its_real_schema(tmp_path, local_copies):
     assert set(FIRST_RECORD) == set(SOURCES) == set(load_manifests(MANIFESTS)) - {"wordnet"}
-    stats = build(BuildConfig(out=tmp_path / "out", sources=SOURCES, local_data=local_copies, mine=False))
+    stats = build(
+        BuildConfig(out=tmp_path / "out", sources=SOURCES, local_data=local_copies, mine=False)
+    ).stats
     for name, (query, positive, negatives) in FIRST_RECORD.items():
         first = records(tmp_path / "out", name)[0]
         assert (first["query"], first["positive"], first["negatives"]) == (query, positive, negatives), name
@@ -151,7 +153,7 @@ def test_a_budget_streams_the_source_and_reads_no_more_than_it(tmp_path, monkeyp
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     config = BuildConfig(manifests=_paq_manifests(tmp_path, 7), out=tmp_path / "out", mine=False)
-    stats = build(config)
+    stats = build(config).stats
     assert calls == [{"path": "embedding-data/PAQ_pairs", "streaming": True, "split": "train"}]
     assert len(consumed) <= 7 and stats["sources"]["paq"]["rows_read"] == 7
     assert [r["query"] for r in records(config.out, "paq")] == [f"Question {i} about PAQ?" for i in range(7)]
@@ -159,10 +161,10 @@ def test_a_budget_streams_the_source_and_reads_no_more_than_it(tmp_path, monkeyp
 
     # --max-rows below the budget caps further (still streamed); --no-budgets reads the whole source.
     calls.clear(), consumed.clear()
-    stats = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "few", "max_rows": 3}))
+    stats = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "few", "max_rows": 3})).stats
     assert calls[0]["streaming"] and len(consumed) <= 3 and stats["sources"]["paq"]["rows_read"] == 3
     calls.clear(), consumed.clear()
-    stats = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "all", "budgets": False}))
+    stats = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "all", "budgets": False})).stats
     assert not calls[0]["streaming"] and stats["sources"]["paq"]["rows_read"] == len(PAQ_ROWS)
 
 
@@ -175,7 +177,7 @@ def test_streamed_rows_are_the_first_rows_of_a_full_load(tmp_path, local_copies)
             local_data=local_copies,
             mine=False,
         )
-    )
+    ).stats
     whole = BuildConfig(
         manifests=tmp_path / "manifests",
         out=tmp_path / "whole",
@@ -183,7 +185,9 @@ def test_streamed_rows_are_the_first_rows_of_a_full_load(tmp_path, local_copies)
         mine=False,
         budgets=False,
     )
-    assert capped["sources"]["paq"]["rows_read"] == 1 and build(whole)["sources"]["paq"]["rows_read"] == 2
+    assert (
+        capped["sources"]["paq"]["rows_read"] == 1 and build(whole).stats["sources"]["paq"]["rows_read"] == 2
+    )
     assert records(tmp_path / "capped", "paq") == records(tmp_path / "whole", "paq")[:1]
 
 

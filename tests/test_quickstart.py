@@ -1,6 +1,7 @@
 """The README's main job at toy sizes: every step through the real commands, the summary, resume, failures."""
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from typer.testing import CliRunner
 
 from neoembed.cli import app
 from neoembed.quickstart.pipeline import SMOKE, Quickstart
-from neoembed.quickstart.steps import CommandFailed, Step, StepFailed, run_command, run_steps
+from neoembed.quickstart.steps import CommandFailed, Finished, Ran, Step, StepFailed, run_command, run_steps
 
 runner = CliRunner()
 STEPS = [step.name for step in Quickstart(Path("unused"), SMOKE, Console()).steps()]
@@ -58,21 +59,31 @@ def test_a_failing_command_reports_its_error_not_its_progress_bar(tmp_path):
     assert "no_such_field" in (tmp_path / "log.txt").read_text()
 
 
+@dataclass
+class Value:
+    value: int
+
+
 def test_a_failed_step_is_named_and_finished_steps_are_kept(tmp_path):
     calls = []
 
     def ok(run_dir):
         calls.append("ok")
-        return {"value": 1}
+        return Ran(Value(1), ["neoembed ok"])
 
     def broken(run_dir):
         raise RuntimeError("disk full")
 
+    def steps(second):
+        return [Step("first", "works", ok, Value), Step("second", "breaks", second, Value)]
+
     with pytest.raises(StepFailed, match=r"step 2 \(second\) failed: disk full"):
-        run_steps([Step("first", "works", ok), Step("second", "breaks", broken)], tmp_path, Console())
-    results = run_steps([Step("first", "works", ok), Step("second", "fixed", ok)], tmp_path, Console())
+        run_steps(steps(broken), tmp_path, Console())
+    results = run_steps(steps(ok), tmp_path, Console())
     assert calls == ["ok", "ok"]  # the first step ran once; the fixed second ran on the re-run
-    assert results["first"]["result"] == {"value": 1}
+    assert results["first"] == Finished(results["first"].seconds, ["neoembed ok"], Value(1))
+    (tmp_path / "steps" / "second.json").write_text('{"seconds": 1, "result": {"value": 2}}')  # another form
+    assert run_steps(steps(ok), tmp_path, Console())["second"].result == Value(1) and len(calls) == 3
 
 
 def test_the_quickstart_table_and_the_local_benchmark_hold_every_local_task():

@@ -7,6 +7,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submodules=["backends", "build_data", "contrastive", "encode", "index", "mteb", "pretrain", "serve"],
     submod_attrs={
+        "report": ["Report", "Table", "WrittenReport", "write_report"],
         "settings": [
             "BuildDataBench",
             "ContrastiveBench",

@@ -26,7 +26,7 @@ from typing import get_args
 import numpy as np
 import torch
 
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import EncodeBench, InferenceBackend
 from neoembed.probe import lower_encoder, worst_cosine
 
@@ -102,7 +102,7 @@ def load_backends(model_name: str, backends: list[str], export_dir: Path, thread
 
 
 def _top_k(index_vectors: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
-    import faiss
+    from neoembed.faiss_setup import faiss
 
     index = faiss.IndexFlatIP(index_vectors.shape[1])
     index.add(np.ascontiguousarray(index_vectors, dtype="float32"))
@@ -136,7 +136,7 @@ def fidelity(probe: Probe, reference: np.ndarray, candidate: np.ndarray) -> dict
     }
 
 
-def run(settings: EncodeBench, progress=print) -> dict:
+def run(settings: EncodeBench, progress=print) -> WrittenReport:
     torch.set_num_threads(settings.threads)
     probe = wordnet_probe(settings.texts)
     skipped = {b: reason for b in settings.backends if (reason := skip_reason(b))}
@@ -186,18 +186,17 @@ def run(settings: EncodeBench, progress=print) -> dict:
         repeats=settings.repeats,
         threads=settings.threads,
     )
-    columns = list(dict.fromkeys(c for r in rows for c in r if c != "skipped"))
-    markdown = "\n\n".join(
-        [
-            "# neoembed bench encode --backends",
+    report = Report(
+        name="encode-backends",
+        title="neoembed bench encode --backends",
+        intro=[
             f"Settings: {described}. texts/s and latency over {settings.repeats} interleaved passes over the "
-            "glosses. "
-            f"Against torch-fp32: the worst cosine over glosses and queries, the overlap of each gloss's "
-            f"{K} nearest glosses, and retrieval recall@{K} of the example-sentence queries with its change.",
-            markdown_table([r for r in rows if "skipped" not in r], columns),
-            "\n".join(f"- {r['backend']} skipped: {r['skipped']}" for r in rows if "skipped" in r),
-        ]
+            f"glosses. Against torch-fp32: the worst cosine over glosses and queries, the overlap of each "
+            f"gloss's {K} nearest glosses, and retrieval recall@{K} of the example-sentence queries with its "
+            "change."
+        ],
+        tables=[Table([r for r in rows if "skipped" not in r])],
+        verdicts=[f"{r['backend']} skipped: {r['skipped']}" for r in rows if "skipped" in r],
+        payload={"settings": described, "rows": rows},
     )
-    payload = {"settings": described, "rows": rows}
-    json_path, md_path = write_report(settings.out, "encode-backends", payload, markdown)
-    return {**payload, "json": str(json_path), "markdown": str(md_path), "table": markdown}
+    return write_report(report, settings.out)

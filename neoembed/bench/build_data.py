@@ -19,13 +19,14 @@ import os
 import resource
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import BuildDataBench
 
 TARGET_SECONDS = 120.0
@@ -356,7 +357,42 @@ def project(
     return rows
 
 
-def run(settings: BuildDataBench) -> dict:
+STAGE_COLUMNS = [
+    "source",
+    "rows",
+    "stage1_s",
+    "cpu_s",
+    "rows_per_cpu_s",
+    "kept",
+    "duplicates",
+    "too_long",
+    "truncated",
+    "positive_chars_p50",
+]
+SEARCH_COLUMNS = [
+    "pool",
+    "queries",
+    "search_s",
+    "cpu_s",
+    "queries_per_cpu_s",
+    "gflop_per_cpu_s",
+    "peak_rss_gib",
+    "pool_gib",
+]
+MINING_COLUMNS = [
+    "teacher_dtype",
+    "pairs",
+    "texts_encoded",
+    "pairs_per_s",
+    "encode_s",
+    "search_s",
+    "select_s",
+    "encode_share",
+    "search_share",
+]
+
+
+def run(settings: BuildDataBench) -> WrittenReport:
     from neoembed.faiss_setup import faiss  # sets the BLAS core type before faiss loads
 
     import torch
@@ -381,68 +417,63 @@ def run(settings: BuildDataBench) -> dict:
     load_after = os.getloadavg()
     if not settings.keep:
         shutil.rmtree(work, ignore_errors=True)
+    measured = Measured(sources, stage, encode, search, mining, (load_before, load_after))
+    return write_report(_report(settings, measured), settings.out)
 
-    lines = [
-        "# build-data benchmark",
-        "",
-        f"Threads {settings.threads}; 1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
-        f"(on {os.cpu_count()} CPUs).",
-    ]
+
+@dataclass
+class Measured:
+    """What one run measured, stage by stage (a stage not asked for is empty)."""
+
+    sources: list[dict]  # stage 1, per source
+    stage: dict | None  # stage 1 and part writing, in all
+    encode: dict | None  # teacher encoding
+    search: dict | None  # FAISS search of one part
+    mining: list[dict]  # hard-negative mining, per teacher dtype
+    load_average: tuple  # 1/5/15-minute load averages before and after
+
+
+def _report(settings: BuildDataBench, measured: Measured) -> Report:
+    sources, stage, encode, search, mining = (
+        measured.sources,
+        measured.stage,
+        measured.encode,
+        measured.search,
+        measured.mining,
+    )
+    load_before, load_after = measured.load_average
+    tables = []
     if stage:
-        lines += [
-            "",
-            "## Stage 1 (map, normalise, truncate, filter, leakage guard, dedup) and part writing",
-            "",
-            markdown_table(
+        tables.append(
+            Table(
                 sources,
-                [
-                    "source",
-                    "rows",
-                    "stage1_s",
-                    "cpu_s",
-                    "rows_per_cpu_s",
-                    "kept",
-                    "duplicates",
-                    "too_long",
-                    "truncated",
-                    "positive_chars_p50",
+                STAGE_COLUMNS,
+                heading="Stage 1 (map, normalise, truncate, filter, leakage guard, dedup) and part writing",
+                after=[
+                    f"Stage 1 {stage['stage1_s']} s wall, {stage['stage1_cpu_s']} s CPU; parts written (no mining) "
+                    f"in {stage['write_s']} s wall, {stage['write_cpu_s']} s CPU ({stage['write_rows_per_cpu_s']:,} "
+                    f"rows per CPU-second); peak RSS {stage['peak_rss_gib']} GiB. Target for 1M short rows: under "
+                    f"{TARGET_SECONDS:.0f} s and {TARGET_RSS_GIB:.0f} GiB: CPU time {stage['time_vs_target']}x "
+                    f"(scaled to 1M rows), RSS {stage['rss_vs_target']}x of it."
                 ],
-            ),
-            "",
-            f"Stage 1 {stage['stage1_s']} s wall, {stage['stage1_cpu_s']} s CPU; parts written (no mining) in "
-            f"{stage['write_s']} s wall, {stage['write_cpu_s']} s CPU ({stage['write_rows_per_cpu_s']:,} rows "
-            f"per CPU-second); peak RSS {stage['peak_rss_gib']} GiB. Target for 1M short rows: under "
-            f"{TARGET_SECONDS:.0f} s and {TARGET_RSS_GIB:.0f} GiB: CPU time {stage['time_vs_target']}x (scaled to "
-            f"1M rows), RSS {stage['rss_vs_target']}x of it.",
-        ]
+            )
+        )
     if encode:
-        lines += [
-            "",
-            "## Teacher encoding (packaged all-MiniLM-L6-v2, float32) on the sources' length mix",
-            "",
-            markdown_table(
-                [encode], ["texts", "tokens", "encode_s", "cpu_s", "texts_per_cpu_s", "tokens_per_cpu_s"]
-            ),
-        ]
+        tables.append(
+            Table(
+                [encode],
+                ["texts", "tokens", "encode_s", "cpu_s", "texts_per_cpu_s", "tokens_per_cpu_s"],
+                heading="Teacher encoding (packaged all-MiniLM-L6-v2, float32) on the sources' length mix",
+            )
+        )
     if search:
-        lines += [
-            "",
-            "## FAISS search of one part (exact inner product, top 101, pool streamed from a memory map)",
-            "",
-            markdown_table(
+        tables.append(
+            Table(
                 [search],
-                [
-                    "pool",
-                    "queries",
-                    "search_s",
-                    "cpu_s",
-                    "queries_per_cpu_s",
-                    "gflop_per_cpu_s",
-                    "peak_rss_gib",
-                    "pool_gib",
-                ],
-            ),
-        ]
+                SEARCH_COLUMNS,
+                heading="FAISS search of one part (exact inner product, top 101, pool streamed from a memory map)",
+            )
+        )
     projection = []
     if stage and encode and search:
         synthetic = next(s for s in sources if s["source"] == "synthetic")
@@ -456,51 +487,49 @@ def run(settings: BuildDataBench) -> dict:
             settings.gpu_tokens_per_s,
             settings.gpu_gflop_per_s,
         )
-        lines += [
-            "",
-            f"## Projection: {settings.project_pairs:,} pairs, all mined, parts of {search['pool']:,} rows",
-            "",
-            markdown_table(projection, ["where", "stage1_h", "write_h", "encode_h", "search_h", "total_h"]),
-            "",
-            f"Stage 1 and writing stay on the CPU (stage 1 from its measured CPU seconds per short row). The H100 "
-            f"row assumes {settings.gpu_tokens_per_s:,.0f} teacher tokens/s and {settings.gpu_gflop_per_s:,.0f} "
-            "GFLOP/s for the flat search: assumptions, not measurements.",
-        ]
-    if mining:
-        lines += [
-            "",
-            f"## Hard-negative mining on {settings.mining_rows:,} WordNet rows (teacher: packaged all-MiniLM-L6-v2)",
-            "",
-            markdown_table(
-                mining,
-                [
-                    "teacher_dtype",
-                    "pairs",
-                    "texts_encoded",
-                    "pairs_per_s",
-                    "encode_s",
-                    "search_s",
-                    "select_s",
-                    "encode_share",
-                    "search_share",
+        tables.append(
+            Table(
+                projection,
+                ["where", "stage1_h", "write_h", "encode_h", "search_h", "total_h"],
+                heading=f"Projection: {settings.project_pairs:,} pairs, all mined, parts of {search['pool']:,} rows",
+                after=[
+                    "Stage 1 and writing stay on the CPU (stage 1 from its measured CPU seconds per short row). "
+                    f"The H100 row assumes {settings.gpu_tokens_per_s:,.0f} teacher tokens/s and "
+                    f"{settings.gpu_gflop_per_s:,.0f} GFLOP/s for the flat search: assumptions, not measurements."
                 ],
-            ),
-        ]
+            )
+        )
+    verdicts = []
+    if mining:
+        tables.append(
+            Table(
+                mining,
+                MINING_COLUMNS,
+                heading=f"Hard-negative mining on {settings.mining_rows:,} WordNet rows (teacher: packaged "
+                "all-MiniLM-L6-v2)",
+            )
+        )
         if len(mining) > 1:
             ratio = mining[1]["pairs_per_s"] / mining[0]["pairs_per_s"]
-            lines += [
-                "",
-                f"{mining[1]['teacher_dtype']} / {mining[0]['teacher_dtype']} mining speed: {ratio:.2f}x",
-            ]
-    markdown = "\n".join(lines)
-    payload = {
-        "stage": stage,
-        "sources": sources,
-        "encode": encode,
-        "search": search,
-        "projection": projection,
-        "mining": mining,
-        "load_average": [load_before, load_after],
-    }
-    json_path, md_path = write_report(settings.out, "build-data", payload, markdown)
-    return {"table": markdown, "json": json_path, "markdown": md_path}
+            verdicts.append(
+                f"{mining[1]['teacher_dtype']} / {mining[0]['teacher_dtype']} mining speed: {ratio:.2f}x"
+            )
+    return Report(
+        name="build-data",
+        title="build-data benchmark",
+        intro=[
+            f"Threads {settings.threads}; 1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} "
+            f"after (on {os.cpu_count()} CPUs)."
+        ],
+        tables=tables,
+        verdicts=verdicts,
+        payload={
+            "stage": stage,
+            "sources": sources,
+            "encode": encode,
+            "search": search,
+            "projection": projection,
+            "mining": mining,
+            "load_average": [load_before, load_after],
+        },
+    )

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.errors import InputError
 from neoembed.run_files import METRICS_FILE, write_json
@@ -162,13 +162,13 @@ def neoembed_settings(
 def train_neoembed(settings) -> dict:
     from neoembed.contrastive import run_contrastive
 
-    summary = run_contrastive(settings)
+    result = run_contrastive(settings)
     return {
-        "steps": summary["steps"],
+        "steps": result.steps,
         "train_minutes": trainer_runtime(Path(settings.train.output_dir) / METRICS_FILE) / 60,
-        "export": summary["export"],
-        "eval_before": summary["eval_before"],
-        "eval_after": summary["eval_after"],
+        "export": result.export,
+        "eval_before": result.eval_before,
+        "eval_after": result.eval_after,
     }
 
 
@@ -178,7 +178,7 @@ def trainer_runtime(metrics: Path) -> float:
     return next(r["train_runtime"] for r in reversed(records) if "train_runtime" in r)
 
 
-def run(bench: ContrastiveBench) -> dict:
+def run(bench: ContrastiveBench) -> WrittenReport:
     from neoembed.bench import st_baseline
     from neoembed.evaluation import LOCAL_TASKS, EvalSettings, resolve_models, run_evaluation
     from neoembed.packaged import resolve_recipe
@@ -248,10 +248,6 @@ def run(bench: ContrastiveBench) -> dict:
         table_row(label, scores, reference, runs.get(run)) for label, (_, reference, run) in models.items()
     ]
     checks = goal_checks(scores, base_row, ours, theirs)
-    summary = "\n".join(
-        [f"Recipe goals ({sum(c.met for c in checks)}/{len(checks)} met):"]
-        + [f"- {check.line()}" for check in checks]
-    )
     columns = ["model", *COLUMNS.values(), "steps", "train minutes"]
     notes = (
         f"Fine-tuned rows: score (relative change vs their base). Each model trained for {minutes:g} minutes of "
@@ -261,10 +257,18 @@ def run(bench: ContrastiveBench) -> dict:
         "(query, positive) pairs only. Paired differences vs the base with bootstrap intervals: "
         f"{out_dir / 'mteb' / 'summary.md'}."
     )
-    json_path, md_path = write_report(
-        out_dir,
-        "contrastive",
-        {
+    report = Report(
+        name="contrastive",
+        title="neoembed bench contrastive",
+        tables=[
+            Table(
+                table,
+                columns,
+                after=[notes, f"Recipe goals ({sum(c.met for c in checks)}/{len(checks)} met):"],
+            )
+        ],
+        verdicts=[check.line() for check in checks],
+        payload={
             "rows": table,
             "scores": scores,
             "checks": [asdict(check) for check in checks],
@@ -275,14 +279,8 @@ def run(bench: ContrastiveBench) -> dict:
             "minutes": minutes,
             "threads": threads,
         },
-        "\n\n".join([markdown_table(table, columns), notes, summary]),
     )
-    return {
-        "table": markdown_table(table, columns),
-        "summary": summary,
-        "json": json_path,
-        "markdown": md_path,
-    }
+    return write_report(report, out_dir)
 
 
 def table_row(label: str, scores: dict, from_base: str | None, trained: dict | None) -> dict:

@@ -18,11 +18,10 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import padded_width
@@ -156,7 +155,7 @@ def auto_path(ids, mask, dtype: torch.dtype) -> str:
     )
 
 
-def run(settings: EncodeBench, progress=print) -> dict:
+def run(settings: EncodeBench, progress=print) -> WrittenReport:
     device = resolve_device(settings.device)
     bf16_hardware = resolve_precision("auto", device).bf16_supported
     dtypes = settings.dtypes
@@ -225,7 +224,7 @@ def run(settings: EncodeBench, progress=print) -> dict:
     described_peaks = {
         dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()
     }
-    return _report(rows, settings.out, attention, described_peaks, **described)
+    return write_report(_report(rows, attention, described_peaks, **described), settings.out)
 
 
 def _paths_row(model, ids, mask, seconds: dict) -> dict:
@@ -263,7 +262,7 @@ def _share_of_peak(row: dict, device: str) -> str:
     return share
 
 
-def _report(rows: list[dict], out_dir: Path, attention: dict, peaks: dict, **settings) -> dict:
+def _report(rows: list[dict], attention: dict, peaks: dict, **settings) -> Report:
     verdicts = [
         f"{r['config']}: mixed-length fp32 unpadded/padded = {r['speedup']:.2f}x "
         f"({'meets' if r['speedup'] >= TARGET_SPEEDUP else 'MISSES'} the {TARGET_SPEEDUP}x target; "
@@ -282,23 +281,15 @@ def _report(rows: list[dict], out_dir: Path, attention: dict, peaks: dict, **set
         for r in rows
         if "neobert/modernbert" in r and (r["case"] == "fixed 4096" or r["case"].startswith("mixed"))
     ]
-    columns = list(dict.fromkeys(column for row in rows for column in row))
-    markdown = "\n\n".join(
-        [
-            "# neoembed bench encode",
+    return Report(
+        name="encode",
+        title="neoembed bench encode",
+        intro=[
             f"Settings: {settings}. Throughput counts real tokens; best of {settings['repeats']} runs.",
             "Attention: " + "; ".join(f"{name}: {impl}" for name, impl in attention.items()),
             "Peaks: " + "; ".join(f"{dtype}: {peak}" for dtype, peak in peaks.items()),
-            markdown_table(rows, columns),
-            "\n".join(f"- {v}" for v in verdicts),
-        ]
+        ],
+        tables=[Table(rows)],
+        verdicts=verdicts,
+        payload={"settings": settings, "attention": attention, "peaks": peaks, "rows": rows},
     )
-    payload = {
-        "settings": settings,
-        "attention": attention,
-        "peaks": peaks,
-        "rows": rows,
-        "verdicts": verdicts,
-    }
-    json_path, md_path = write_report(out_dir, "encode", payload, markdown)
-    return {**payload, "json": str(json_path), "markdown": str(md_path), "table": markdown}

@@ -20,7 +20,7 @@ from neoembed.faiss_setup import faiss, set_threads
 import numpy as np
 from tqdm.auto import tqdm
 
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import IndexBench
 from neoembed.index import (
     choose_factory,
@@ -136,7 +136,7 @@ def _verdict(rows: list[dict], target: float, threads: int) -> tuple[bool, str]:
     )
 
 
-def run(settings: IndexBench) -> dict:
+def run(settings: IndexBench) -> WrittenReport:
     """Bench the synthetic set (skipped when n is 0) and the WordNet set (skipped without --wordnet)."""
     n, dim, queries, target, model = (
         settings.n,
@@ -165,14 +165,11 @@ def run(settings: IndexBench) -> dict:
         lines.append(_verdict(wn_rows, target, threads)[1])
         lines.append(f"WordNet: exact search puts a held-out example's own gloss in the top 10 for {gloss_hit:.1%} "
                      f"of {len(wn_q)} examples")  # fmt: skip
-    summary = "\n".join(lines)
-    table = markdown_table(rows, COLUMNS)
-    payload = {
-        "rows": rows,
-        "summary": summary,
-        "target_met": verdict,
-        "threads": threads,
-        "queries": queries,
-    }
-    json_path, md_path = write_report(settings.out, "index", payload, f"{table}\n\n{summary}")
-    return {"table": table, "summary": summary, "json": json_path, "markdown": md_path}
+    report = Report(
+        name="index",
+        title="neoembed bench index",
+        tables=[Table(rows, COLUMNS)],
+        verdicts=lines,
+        payload={"rows": rows, "target_met": verdict, "threads": threads, "queries": queries},
+    )
+    return write_report(report, settings.out)

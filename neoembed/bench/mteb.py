@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import MtebBench
 
 TARGET_OVERHEAD = 0.10
@@ -47,7 +47,7 @@ class _RecordingEncoder:
         del self.model.encode  # back to the class method
 
 
-def run(bench: MtebBench) -> dict:
+def run(bench: MtebBench) -> WrittenReport:
     from neoembed.mteb_setup import mteb
 
     from neoembed.evaluation import LOCAL_TASKS, EvalSettings, heldout_synsets, load_model, resolve_model
@@ -123,22 +123,24 @@ def run(bench: MtebBench) -> dict:
         "overhead",
         "in_run_overhead",
     ]
-    table = markdown_table(rows, columns)
     verdict = "meets" if total["overhead"] < TARGET_OVERHEAD else "misses"
-    summary = (
-        f"harness overhead over all local tasks: {100 * total['overhead']:.1f}% vs direct encode "
-        f"({verdict} the <{100 * TARGET_OVERHEAD:.0f}% target); time outside model.encode within the same "
-        f"harness runs: {100 * total['in_run_overhead']:.1f}%; model {model_name}, batch {batch_size}, "
-        f"best of {repeats}, {threads} threads, 1-min load average {load['before']:.1f} -> {load['after']:.1f}"
+    report = Report(
+        name="mteb",
+        title="bench mteb",
+        tables=[Table(rows, columns)],
+        verdicts=[
+            f"harness overhead over all local tasks: {100 * total['overhead']:.1f}% vs direct encode "
+            f"({verdict} the <{100 * TARGET_OVERHEAD:.0f}% target); time outside model.encode within the same "
+            f"harness runs: {100 * total['in_run_overhead']:.1f}%; model {model_name}, batch {batch_size}, "
+            f"best of {repeats}, {threads} threads, 1-min load average {load['before']:.1f} -> {load['after']:.1f}"
+        ],
+        payload={
+            "model": model_name,
+            "batch_size": batch_size,
+            "repeats": repeats,
+            "load_average": load,
+            "rows": rows,
+            "target_overhead": TARGET_OVERHEAD,
+        },
     )
-    payload = {
-        "model": model_name,
-        "batch_size": batch_size,
-        "repeats": repeats,
-        "load_average": load,
-        "rows": rows,
-        "target_overhead": TARGET_OVERHEAD,
-    }
-    markdown = f"# bench mteb\n\n{table}\n\n{summary}\n"
-    json_path, md_path = write_report(bench.out, "mteb", payload, markdown)
-    return {"table": table, "summary": summary, "json": json_path, "markdown": md_path, "rows": rows}
+    return write_report(report, bench.out)

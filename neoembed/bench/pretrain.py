@@ -19,7 +19,7 @@ import datasets
 import numpy as np
 import torch
 
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import PretrainBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import MLMBatches, batch_counts, packed_to_padded
@@ -81,7 +81,7 @@ def time_steps(model, optimizer, batches: list[dict], warmup: int, autocast, dev
     return time.perf_counter() - start
 
 
-def run(bench: PretrainBench, progress=print) -> dict:
+def run(bench: PretrainBench, progress=print) -> WrittenReport:
     config_name, max_length, steps, threads = bench.config, bench.max_length, bench.steps, bench.threads
     token_budget, peak_tflops = bench.token_budget or None, bench.peak_tflops or None
     device, dtype, compile, warmup_steps = (
@@ -180,24 +180,16 @@ def run(bench: PretrainBench, progress=print) -> dict:
         peak_tflops=round(peak / 1e12, 3),
         peak_source=peak_source,
     )
-    rows_out = list(results.values())
-    markdown = "\n\n".join(
-        [
-            "# neoembed bench pretrain",
-            f"Settings: {settings}. Length-skewed corpus (log-normal lengths); full AdamW steps.",
-            markdown_table(rows_out, list(rows_out[0])),
-            "\n".join(f"- {v}" for v in verdicts),
-        ]
+    rows = list(results.values())
+    report = Report(
+        name="pretrain",
+        title="neoembed bench pretrain",
+        intro=[f"Settings: {settings}. Length-skewed corpus (log-normal lengths); full AdamW steps."],
+        tables=[Table(rows)],
+        verdicts=verdicts,
+        payload={"settings": settings, "rows": rows, "speedup": speedup, "loss_gap": loss_gap},
     )
-    payload = {
-        "settings": settings,
-        "rows": rows_out,
-        "speedup": speedup,
-        "loss_gap": loss_gap,
-        "verdicts": verdicts,
-    }
-    json_path, md_path = write_report(bench.out, "pretrain", payload, markdown)
-    return {**payload, "table": markdown, "json": str(json_path), "markdown": str(md_path)}
+    return write_report(report, bench.out)
 
 
 def packed_padded_loss_gap(model, packed_batch: dict, device: str, autocast) -> float:

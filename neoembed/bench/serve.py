@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from neoembed.bench import backends as inference_backends
 from neoembed.bench import load
-from neoembed.bench.report import markdown_table, write_report
+from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import ServeBench
 from neoembed.errors import InputError
 from neoembed.run_files import append_jsonl
@@ -318,7 +318,7 @@ def _summary(result: dict) -> str:
     return f"{result['label']}: " + "; ".join(parts)
 
 
-def run(settings: ServeBench) -> dict:
+def run(settings: ServeBench) -> WrittenReport:
     from neoembed.data import load_synsets
     from neoembed.precision import default_device
 
@@ -355,28 +355,30 @@ def run(settings: ServeBench) -> dict:
     rows = [row for result in results for row in result["rows"]]
     columns = ["model", "path", "texts/s", "tokens/s", "ratio", "vs fp32 server", "p50 ms", "p95 ms"]
     columns += ["p99 ms", "health p95 ms", "worst cosine", "recall@10 change"]
-    table = markdown_table(rows, [c for c in columns if any(c in row for row in rows)])
-    summary = "\n".join(_summary(result) for result in results)
-    skipped_lines = "".join(f"\n- {backend} skipped: {reason}" for backend, reason in skipped.items())
     described = {
         **settings.model_dump(mode="json"),
         "probe_synsets": PROBE_SYNSETS,
         "load_average": os.getloadavg(),
     }
-    markdown = (
-        f"# neoembed bench serve\n\n{len(inputs)} WordNet glosses per round, {threads} threads on both "
-        f"sides, best of {settings.repeats} rounds alternating between direct encode (torch fp32) and each "
-        f"server; ratio = throughput / model.encode at batch {settings.direct_batch_sizes[0]}; /health polled "
-        f"every 20 ms in a separate round of {settings.health_requests} requests from "
-        f"{settings.health_clients} clients, all answered 200. Worst cosine and recall@10 change: the served "
-        f"vectors of a WordNet probe ({PROBE_SYNSETS} glosses and their example-sentence queries) against "
-        f"in-process torch fp32.\n\n{table}\n\n{summary}\n{skipped_lines}"
+    report = Report(
+        name="serve",
+        title="neoembed bench serve",
+        intro=[
+            f"{len(inputs)} WordNet glosses per round, {threads} threads on both sides, best of "
+            f"{settings.repeats} rounds alternating between direct encode (torch fp32) and each server; ratio = "
+            f"throughput / model.encode at batch {settings.direct_batch_sizes[0]}; /health polled every 20 ms "
+            f"in a separate round of {settings.health_requests} requests from {settings.health_clients} "
+            "clients, all answered 200. Worst cosine and recall@10 change: the served vectors of a WordNet "
+            f"probe ({PROBE_SYNSETS} glosses and their example-sentence queries) against in-process torch fp32."
+        ],
+        tables=[Table(rows, [c for c in columns if any(c in row for row in rows)])],
+        verdicts=[_summary(result) for result in results]
+        + [f"{backend} skipped: {reason}" for backend, reason in skipped.items()],
+        payload={
+            "settings": described,
+            "rows": rows,
+            "skipped": skipped,
+            "results": [{k: v for k, v in r.items() if k != "rows"} for r in results],
+        },
     )
-    payload = {
-        "settings": described,
-        "rows": rows,
-        "skipped": skipped,
-        "results": [{k: v for k, v in r.items() if k != "rows"} for r in results],
-    }
-    json_path, md_path = write_report(out_dir, "serve", payload, markdown)
-    return {"table": table, "summary": summary, "results": results, "json": json_path, "markdown": md_path}
+    return write_report(report, out_dir)

@@ -15,6 +15,7 @@ from neoembed.bench import (
     MtebBench,
     PretrainBench,
     ServeBench,
+    WrittenReport,
 )
 from neoembed.cli.options import Flag, options_from
 
@@ -24,12 +25,10 @@ app = typer.Typer(
 )
 
 
-def _echo_report(result: dict) -> None:
-    """Every benchmark returns its markdown table, an optional one-line summary, and the files it wrote."""
-    typer.echo(result["table"])
-    if result.get("summary"):
-        typer.echo(result["summary"])
-    typer.echo(f"wrote {result['json']} and {result['markdown']}")
+def _echo_report(written: WrittenReport) -> None:
+    """Every benchmark writes one report: print it and the files it went to."""
+    typer.echo(written.markdown)
+    typer.echo(f"wrote {written.json_path} and {written.markdown_path}")
 
 
 @app.command("encode")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from neoembed.cli.options import Flag, options_from
-from neoembed.data import BuildConfig, RescoreConfig, build, load_manifests, mining_summary
+from neoembed.data import BuildConfig, RescoreConfig, build, load_manifests
 
 
 @options_from(
@@ -39,18 +39,17 @@ def build_data(
     from neoembed.evaluation import benchmark_texts
 
     benchmark = benchmark_texts(settings.eval_benchmark, settings.eval_benchmark_missing)
-    stats = build(settings, merge_only=merge_stats, benchmark=benchmark)
+    result = build(settings, merge_only=merge_stats, benchmark=benchmark)
     out = settings.out
-    if stats is None:
+    if result is None:
         shard = "/".join(map(str, settings.shard))
         typer.echo(f"shard {shard} done; stats are written once every shard has finished ({out}/build.jsonl)")
         return
-    total = stats["total"]
     typer.echo(
-        f"wrote {total['rows_out']} rows from {total['rows_read']} read "
-        f"({total['negatives_per_row']} negatives/row) to {out}; see {out}/stats.md"
+        f"wrote {result.rows_out} rows from {result.rows_read} read "
+        f"({result.negatives_per_row} negatives/row) to {out}; see {out}/stats.md"
     )
-    for line in mining_summary(stats):
+    for line in result.mining:
         typer.echo(f"mining {line}")
-    for line in stats["warnings"]:
+    for line in result.warnings:
         typer.echo(f"warning: {line}", err=True)

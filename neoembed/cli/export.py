@@ -24,9 +24,9 @@ def onnx(
 
     if quantize not in (None, "int8"):
         raise InputError(f"--quantize {quantize!r}: the only quantisation is int8", param="--quantize")
-    report = export_onnx(model, out_dir, quantize=quantize)
-    for name, deviation in report["files"].items():
+    export = export_onnx(model, out_dir, quantize=quantize)
+    for name, deviation in export.files.items():
         typer.echo(
-            f"{out_dir / 'onnx' / name}: max |diff| to torch {deviation['max_abs']:.2e}, "
-            f"worst cosine {deviation['worst_cosine']:.6f}"
+            f"{out_dir / 'onnx' / name}: max |diff| to torch {deviation.max_abs:.2e}, "
+            f"worst cosine {deviation.worst_cosine:.6f}"
         )

@@ -8,6 +8,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     submod_attrs={
         "settings": ["ContrastiveSettings"],
         "train": ["run_contrastive"],
-        "model_card": ["relative_change"],
+        "result": ["ContrastiveResult", "SetScores", "relative_change"],
     },
 )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from neoembed.contrastive.result import relative_change
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.data import leakage_summary
 from neoembed.embedder import MINILM_ALIASES
@@ -126,11 +127,6 @@ def model_card(model, facts: TrainingFacts) -> str:
     if not heading:  # another library version's template: the section goes last
         return f"{library_card.rstrip()}\n\n{section}"
     return f"{head}\n{section}{heading}{tail}"
-
-
-def relative_change(before: float | None, after: float | None) -> float | None:
-    """(after - before) / before; None where either score is missing or the base scored 0."""
-    return None if not before or after is None else (after - before) / before
 
 
 def _change_cell(before: float | None, after: float | None) -> str:

@@ -37,11 +37,12 @@ from neoembed.contrastive.lora import add_lora
 from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 from neoembed.contrastive.model import build_model
 from neoembed.contrastive.model_card import training_facts
+from neoembed.contrastive.result import ContrastiveResult
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.contrastive.weight_ensemble import average_with_base
 from neoembed.recipes import RecipeError
-from neoembed.run_files import METRICS_FILE, append_jsonl, write_json
+from neoembed.run_files import METRICS_FILE, append_jsonl
 from neoembed.training import (
     MetricsLog,
     TimeBudget,
@@ -247,9 +248,9 @@ def recorded_before(settings: ContrastiveSettings) -> dict:
     )
 
 
-def run_contrastive(settings: ContrastiveSettings) -> dict:
-    """Train per `settings` (resuming from the newest complete checkpoint), export, and return a summary with
-    each held-out set's scores before and after training."""
+def run_contrastive(settings: ContrastiveSettings) -> ContrastiveResult:
+    """Train per `settings` (resuming from the newest complete checkpoint), export, and return the steps, each
+    held-out set's scores before and after training, and the export (also written as summary.json)."""
     trainer = build_trainer(settings)
     model, sources = trainer.model, trainer.train_dataset
     output_dir = Path(settings.train.output_dir)
@@ -275,16 +276,16 @@ def run_contrastive(settings: ContrastiveSettings) -> dict:
         note = {"base_weight": settings.export.base_weight}
     if trainer.evaluator is not None:
         after = set_scores(evaluate(trainer, note), settings.eval, dims)
-    summary = {"steps": trainer.state.global_step, "eval_before": before or None, "eval_after": after or {}}
+    result = ContrastiveResult(trainer.state.global_step, before or None, after or {})
     if trainer.is_world_process_zero():
         export_path = Path(settings.export.path or output_dir / "neobert-embed")
         heldout = describe_sets(settings.eval, trainer.evaluator)
-        facts = training_facts(settings, model, sources, summary["steps"], before, after, heldout)
+        facts = training_facts(settings, model, sources, result.steps, before, after, heldout)
         named = prompts.named_prompts(settings.data.prompts, sources)
         facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
             model, settings.export.max_seq_length
         )
         export_model(model, export_path, facts, named)
-        summary["export"] = str(export_path)
-        write_json(output_dir / "summary.json", summary)
-    return summary
+        result.export = str(export_path)
+        result.write(output_dir / "summary.json")
+    return result

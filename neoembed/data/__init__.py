@@ -6,7 +6,7 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
-        "build": ["Build", "BuildConfig", "build"],
+        "build": ["Build", "BuildConfig", "BuildResult", "build"],
         "foldoc": ["HELDOUT_CORPUS", "HELDOUT_QUERIES", "foldoc_retrieval"],
         "leakage": ["GuardedTexts"],
         "manifest": ["load_manifests"],

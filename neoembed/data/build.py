@@ -38,7 +38,7 @@ from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
 from neoembed.data.prepare import FORMAT_VERSION, TRUNCATED_FIELDS, prepare_source, staging_paths
 from neoembed.data.relations import Keys
-from neoembed.data.stats import render_markdown, size_warnings
+from neoembed.data.stats import mining_summary, render_markdown, size_warnings
 from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
@@ -458,9 +458,36 @@ def _total(sources: dict) -> dict:
     return total
 
 
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished build: where it is, its totals, and its whole record (stats.json)."""
+
+    out: Path
+    rows_read: int
+    rows_out: int
+    negatives_per_row: float
+    warnings: list[str]  # sizes off their manifests' expected rows, and the like
+    mining: list[str]  # one line per mined source: what each rule removed
+    stats: dict  # stats.json as written: per source, the config, the totals
+
+    @classmethod
+    def of(cls, out: Path, stats: dict) -> BuildResult:
+        total = stats["total"]
+        return cls(
+            Path(out),
+            total["rows_read"],
+            total["rows_out"],
+            total["negatives_per_row"],
+            list(stats["warnings"]),
+            mining_summary(stats),
+            stats,
+        )
+
+
 def build(
     config: BuildConfig, merge_only: bool = False, benchmark: GuardedTexts | None = None
-) -> dict | None:
-    """Run a build (or this shard's part of one); returns the stats once the whole build is complete.
+) -> BuildResult | None:
+    """Run a build (or this shard's part of one); returns the result once the whole build is complete.
     `benchmark` holds the texts of `config.eval_benchmark`'s tasks (`neoembed.evaluation.benchmark_texts`)."""
-    return Build(config, benchmark).run(merge_only=merge_only)
+    stats = Build(config, benchmark).run(merge_only=merge_only)
+    return None if stats is None else BuildResult.of(config.out, stats)

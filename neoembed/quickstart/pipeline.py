@@ -30,8 +30,9 @@ import yaml
 from pydantic import ConfigDict
 from rich.console import Console
 
+from neoembed.contrastive import ContrastiveResult
 from neoembed.quickstart.examples import LOAD_SNIPPET, search_queries, write_gloss_corpus
-from neoembed.quickstart.steps import Step, command_line, printed_lines, run_command, run_steps
+from neoembed.quickstart.steps import Ran, Step, command_line, printed_lines, run_command, run_steps
 from neoembed.quickstart.summary import format_searches, write_summary
 from neoembed.recipes import StrictSettings
 
@@ -44,6 +45,37 @@ LOCAL_TASKS = (
 )
 HELDOUT_SETS = ("wordnet", "foldoc")  # the contrastive-cpu recipe's, resized by Sizes.eval_*
 SEARCH_QUERIES = 3  # held-out example sentences searched in the index
+
+
+@dataclass
+class Built:
+    path: str
+    rows_read: int
+    rows_out: int
+    negatives_per_row: float
+
+
+@dataclass
+class Pretrained:
+    model: str
+    heldout_loss: list[tuple[int, float]]  # (step, held-out MLM loss)
+
+
+@dataclass
+class Evaluated:
+    table: str  # mteb-eval's comparison table (markdown)
+
+
+@dataclass
+class Indexed:
+    manifest: dict  # the index's manifest.json
+    searches: list[dict]  # each held-out query with its expected synset and hits (`SearchQuery.with_hits`)
+
+
+@dataclass
+class Loaded:
+    script: str
+    output: str
 
 
 @dataclass(frozen=True)
@@ -110,50 +142,60 @@ class Quickstart:
 
     def steps(self) -> list[Step]:
         return [
-            self._step("data", "WordNet pairs with mined hard negatives", self.build_data),
-            self._step("pretrain", "a small NeoBERT pretrained with MLM on WordNet text", self.pretrain),
+            self._step("data", "WordNet pairs with mined hard negatives", self.build_data, Built),
+            self._step(
+                "pretrain", "a small NeoBERT pretrained with MLM on WordNet text", self.pretrain, Pretrained
+            ),
             self._step(
                 "neobert-embed",
                 "fine-tune the pretrained NeoBERT with InfoNCE and distillation from all-MiniLM-L6-v2",
                 self.fine_tune_neobert,
+                ContrastiveResult,
             ),
             self._step(
                 "minilm-embed",
                 "fine-tune all-MiniLM-L6-v2 with the contrastive-cpu recipe",
                 self.fine_tune_minilm,
+                ContrastiveResult,
             ),
             self._step(
                 "evaluate",
                 "base and fine-tuned models and bm25 on held-out WordNet tasks and FOLDOC",
                 self.evaluate,
+                Evaluated,
             ),
             self._step(
-                "index", f"FAISS index of WordNet glosses, embedded by {self.sizes.index_model}", self.index
+                "index",
+                f"FAISS index of WordNet glosses, embedded by {self.sizes.index_model}",
+                self.index,
+                Indexed,
             ),
-            self._step("load", 'SentenceTransformer("neobert-embed") in a fresh Python process', self.load),
+            self._step(
+                "load", 'SentenceTransformer("neobert-embed") in a fresh Python process', self.load, Loaded
+            ),
         ]
 
-    def _step(self, name: str, description: str, run) -> Step:
-        """A step whose result also lists the commands it ran, for the summary."""
+    def _step(self, name: str, description: str, run, result_type: type) -> Step:
+        """A step that also records the commands it ran, for the summary."""
 
-        def run_and_record(run_dir: Path) -> dict:
+        def run_and_record(run_dir: Path) -> Ran:
             self._current, self._commands = name, []
-            return {**run(run_dir), "commands": self._commands}
+            return Ran(run(run_dir), self._commands)
 
-        return Step(name, description, run_and_record)
+        return Step(name, description, run_and_record, result_type)
 
     def _run(self, args: list, **kwargs) -> str:
         """Run a command of the current step (see run_command), logging to logs/<step>.log."""
         self._commands.append(command_line(args, kwargs.get("program", "neoembed")))
         return run_command(args, self.run_dir / "logs" / f"{self._current}.log", self.console, **kwargs)
 
-    def build_data(self, run_dir: Path) -> dict:
+    def build_data(self, run_dir: Path) -> Built:
         out = run_dir / "data"
         self._run(["build-data", "--out", out, "--max-rows", self.sizes.data_rows])
-        stats = json.loads((out / "stats.json").read_text())
-        return {"path": str(out), "stats": stats["total"]}
+        total = json.loads((out / "stats.json").read_text())["total"]
+        return Built(str(out), total["rows_read"], total["rows_out"], total["negatives_per_row"])
 
-    def pretrain(self, run_dir: Path) -> dict:
+    def pretrain(self, run_dir: Path) -> Pretrained:
         out = run_dir / "pretrain"
         args = ["pretrain", "--recipe", "pretrain-cpu", "--train.output_dir", out]
         args += ["--train.threads", self.threads]
@@ -168,9 +210,9 @@ class Quickstart:
         shutil.copytree(out / "final", model)
         metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         held_out = [(m["step"], round(m["eval_loss"], 3)) for m in metrics if "eval_loss" in m]
-        return {"model": str(model), "heldout_loss": held_out}
+        return Pretrained(str(model), held_out)
 
-    def fine_tune_neobert(self, run_dir: Path) -> dict:
+    def fine_tune_neobert(self, run_dir: Path) -> ContrastiveResult:
         base = run_dir / "neobert-pretrained"
         extra = ["--optim.lr", self.sizes.neobert_lr]
         if self.sizes.neobert_teacher:
@@ -178,11 +220,11 @@ class Quickstart:
         sizes = self.sizes
         return self._fine_tune("neobert-embed", base, sizes.neobert_steps, sizes.neobert_batch_size, extra)
 
-    def fine_tune_minilm(self, run_dir: Path) -> dict:
+    def fine_tune_minilm(self, run_dir: Path) -> ContrastiveResult:
         sizes = self.sizes
         return self._fine_tune("minilm-embed", "minilm", sizes.minilm_steps, sizes.minilm_batch_size, [])
 
-    def _fine_tune(self, name: str, base, steps: int, batch_size: int, extra: list) -> dict:
+    def _fine_tune(self, name: str, base, steps: int, batch_size: int, extra: list) -> ContrastiveResult:
         out = self.run_dir / "contrastive" / name
         save_every = max(1, steps // 2)
         log_every = math.gcd(10, save_every)  # the recipe logs every 10 steps; each save must be a log step
@@ -205,9 +247,9 @@ class Quickstart:
             ]
             args += ["--eval.sets", yaml.safe_dump(sized, default_flow_style=True, sort_keys=False).strip()]
         self._run([*args, *extra])
-        return json.loads((out / "summary.json").read_text())
+        return ContrastiveResult.read(out / "summary.json")
 
-    def evaluate(self, run_dir: Path) -> dict:
+    def evaluate(self, run_dir: Path) -> Evaluated:
         out = run_dir / "mteb"
         models = [
             run_dir / "neobert-pretrained",
@@ -218,9 +260,9 @@ class Quickstart:
         args = ["mteb-eval", *[a for m in [*models, "bm25"] for a in ("-m", m)]]
         args += ["-t", ",".join(self.sizes.tasks), "-o", out, "--threads", self.threads]
         self._run(args)
-        return {"table": (out / "summary.md").read_text().split("\n\n")[0]}
+        return Evaluated((out / "summary.md").read_text().split("\n\n")[0])
 
-    def index(self, run_dir: Path) -> dict:
+    def index(self, run_dir: Path) -> Indexed:
         queries = search_queries(SEARCH_QUERIES)
         corpus = "wordnet"  # every synset: "lemmas: gloss"
         if self.sizes.index_documents:
@@ -235,14 +277,13 @@ class Quickstart:
         results = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
         searches = [q.with_hits(r) for q, r in zip(queries, results, strict=True)]
         self.console.print(format_searches(searches), highlight=False)
-        manifest = json.loads((out / "manifest.json").read_text())
-        return {"manifest": manifest, "searches": searches}
+        return Indexed(json.loads((out / "manifest.json").read_text()), searches)
 
-    def load(self, run_dir: Path) -> dict:
+    def load(self, run_dir: Path) -> Loaded:
         script = run_dir / "use_neobert_embed.py"
         script.write_text(LOAD_SNIPPET)
         output = self._run([script.name], cwd=run_dir, program="python")
-        return {"script": str(script), "output": "\n".join(printed_lines(output))}
+        return Loaded(str(script), "\n".join(printed_lines(output)))
 
 
 def run_quickstart(run_dir: Path, sizes: Sizes = DEFAULT, console: Console | None = None) -> Path:

@@ -15,21 +15,41 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from neoembed.errors import RunError
+from neoembed.run_files import write_json
 
 PROGRESS_BAR = re.compile(r"\d+%\|")  # tqdm's "42%|████" (rich bars print to a terminal only)
+
+
+@dataclass
+class Ran:
+    """What running a step gave: its result (a dataclass of JSON-able fields) and the commands it ran."""
+
+    result: Any
+    commands: list[str]
 
 
 @dataclass
 class Step:
     name: str
     description: str
-    run: Callable[[Path], dict]  # takes the run directory, returns a small JSON-able result
+    run: Callable[[Path], Ran]  # takes the run directory
+    result_type: type  # the dataclass of its result, to read a finished step's marker back
+
+
+@dataclass
+class Finished:
+    """A finished step, as its marker records it."""
+
+    seconds: float
+    commands: list[str]
+    result: Any  # the step's result_type
 
 
 class StepFailed(RunError):
@@ -107,8 +127,9 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-def run_steps(steps: list[Step], run_dir: Path, console: Console | None = None) -> dict[str, dict]:
-    """Run `steps` in order under `run_dir`, skipping those already done; return each step's result and time."""
+def run_steps(steps: list[Step], run_dir: Path, console: Console | None = None) -> dict[str, Finished]:
+    """Run `steps` in order under `run_dir`, skipping those already done; return each step's result, commands
+    and time."""
     console = console or Console(soft_wrap=True)  # long commands and titles stay on one line
     markers = run_dir / "steps"
     markers.mkdir(parents=True, exist_ok=True)
@@ -116,21 +137,30 @@ def run_steps(steps: list[Step], run_dir: Path, console: Console | None = None) 
     for number, step in enumerate(steps, start=1):
         marker = markers / f"{step.name}.json"
         title = f"[bold]step {number}/{len(steps)}: {step.name}[/bold] - {step.description}"
-        if marker.exists():
+        if (finished := read_marker(marker, step.result_type)) is not None:
             console.print(f"{title} [green](done earlier, skipped)[/green]")
-            results[step.name] = json.loads(marker.read_text())
+            results[step.name] = finished
             continue
         console.print(title)
         start = time.perf_counter()
         try:
-            result = step.run(run_dir)
+            ran = step.run(run_dir)
         except Exception as err:
             raise StepFailed(
                 f"step {number} ({step.name}) failed: {err}. Fix the cause and re-run: finished steps are kept"
             ) from err
         seconds = time.perf_counter() - start
-        record = {"seconds": round(seconds, 1), "result": result}
-        marker.write_text(json.dumps(record, indent=2))
+        results[step.name] = Finished(round(seconds, 1), ran.commands, ran.result)
+        write_json(marker, asdict(results[step.name]))
         console.print(f"  [green]done in {seconds:.0f} s[/green]")
-        results[step.name] = record
     return results
+
+
+def read_marker(marker: Path, result_type: type) -> Finished | None:
+    """The finished step `marker` records, or None when there is none or it is not this version's form (the
+    step then runs again; its command resumes from what it left)."""
+    try:
+        record = json.loads(marker.read_text())
+        return Finished(record["seconds"], record["commands"], result_type(**record["result"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.console import Console
 
 from neoembed.contrastive import relative_change
+from neoembed.quickstart.steps import Finished
 
 
 def format_searches(searches: list[dict], shown: int = 3) -> str:
@@ -26,37 +27,35 @@ def format_searches(searches: list[dict], shown: int = 3) -> str:
     return "\n".join(lines)
 
 
-def _fine_tuning_table(results: dict) -> list[str]:
+def _fine_tuning_table(results: dict[str, Finished]) -> list[str]:
     lines = [
         "| model | base | steps | held-out set | nDCG@10 before | nDCG@10 after | change "
         "| recall@10 before | recall@10 after |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for name, base in (("neobert-embed", "neobert-pretrained"), ("minilm-embed", "all-MiniLM-L6-v2")):
-        run = results[name]["result"]
-        for heldout, after in run["eval_after"].items():
-            before = run["eval_before"][heldout]
+        run = results[name].result
+        for heldout, after in run.eval_after.items():
+            before = run.eval_before[heldout]
             change = relative_change(before["ndcg@10"], after["ndcg@10"])
             lines.append(
-                f"| {name} | {base} | {run['steps']} | {heldout} | {before['ndcg@10']:.3f} "
+                f"| {name} | {base} | {run.steps} | {heldout} | {before['ndcg@10']:.3f} "
                 f"| {after['ndcg@10']:.3f} | {'-' if change is None else f'{change:+.1%}'} "
                 f"| {before['recall@10']:.3f} | {after['recall@10']:.3f} |"
             )
     return lines
 
 
-def _sections(results: dict) -> list[tuple[str, list[str]]]:
-    data = results["data"]["result"]["stats"]
-    pretrain = results["pretrain"]["result"]
-    index = results["index"]["result"]
-    manifest, tuning = index["manifest"], index["manifest"]["tuning"]
-    losses = ", ".join(f"step {step}: {loss}" for step, loss in pretrain["heldout_loss"])
+def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
+    data, pretrain, index = results["data"].result, results["pretrain"].result, results["index"].result
+    manifest, tuning = index.manifest, index.manifest["tuning"]
+    losses = ", ".join(f"step {step}: {loss}" for step, loss in pretrain.heldout_loss)
     return [
         (
             "data",
             [
-                f"{data['rows_out']:,} WordNet training pairs from {data['rows_read']:,} read, "
-                f"{data['negatives_per_row']} mined hard negatives per row: `data/` (see `data/stats.md`).",
+                f"{data.rows_out:,} WordNet training pairs from {data.rows_read:,} read, "
+                f"{data.negatives_per_row} mined hard negatives per row: `data/` (see `data/stats.md`).",
             ],
         ),
         (
@@ -81,7 +80,7 @@ def _sections(results: dict) -> list[tuple[str, list[str]]]:
                 "`neoembed mteb-eval` on the held-out WordNet tasks and FOLDOC (main score x 100; files in "
                 "`mteb/`):",
                 "",
-                results["evaluate"]["result"]["table"],
+                results["evaluate"].result.table,
             ],
         ),
         (
@@ -93,26 +92,26 @@ def _sections(results: dict) -> list[tuple[str, list[str]]]:
                 "Held-out example sentences searched:",
                 "",
                 "```",
-                format_searches(index["searches"]),
+                format_searches(index.searches),
                 "```",
             ],
         ),
         (
             "load",
             [
-                f"`{Path(results['load']['result']['script']).name}`, run with `python` in the run directory:",
+                f"`{Path(results['load'].result.script).name}`, run with `python` in the run directory:",
                 "",
                 "```",
-                results["load"]["result"]["output"],
+                results["load"].result.output,
                 "```",
             ],
         ),
     ]
 
 
-def write_summary(run_dir: Path, results: dict, console: Console) -> Path:
+def write_summary(run_dir: Path, results: dict[str, Finished], console: Console) -> Path:
     """Write summary.md under `run_dir`, print it, and return its path."""
-    minutes = sum(record["seconds"] for record in results.values()) / 60
+    minutes = sum(record.seconds for record in results.values()) / 60
     lines = [
         "# neoembed quickstart",
         "",
@@ -121,8 +120,8 @@ def write_summary(run_dir: Path, results: dict, console: Console) -> Path:
     ]
     for number, (name, body) in enumerate(_sections(results), start=1):
         record = results[name]
-        lines += [f"## {number}. {name} ({record['seconds']:.0f} s)", ""]
-        lines += ["```", *record["result"]["commands"], "```", ""] if record["result"]["commands"] else []
+        lines += [f"## {number}. {name} ({record.seconds:.0f} s)", ""]
+        lines += ["```", *record.commands, "```", ""] if record.commands else []
         lines += [*body, ""]
     summary = run_dir / "summary.md"
     summary.write_text("\n".join(lines))
