@@ -361,7 +361,7 @@ def test_a_resumed_distillation_run_ends_with_the_uninterrupted_weights_and_stat
         shutil.rmtree(crashed / lost)
     (crashed / "teacher" / "vectors.f32").unlink()  # and the cache is rebuilt to the same outputs
     summary = run(crashed)
-    assert summary["steps"] == 4
+    assert summary.steps == 4
     reference, again = (
         load_file(r / "neobert-embed" / "model.safetensors") for r in (tmp_path / "a", crashed)
     )

@@ -13,6 +13,7 @@ import yaml
 from safetensors.torch import load_file
 from test_contrastive import records, tiny_encoder_dir, write_build
 
+from neoembed.contrastive import ContrastiveResult
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.contrastive.train import run_contrastive
 from neoembed.data.normalize import text_key
@@ -62,7 +63,7 @@ def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(
         return ContrastiveSettings.model_validate(plan)
 
     straight = run_contrastive(settings(tmp_path / "a"))
-    assert straight["steps"] == 4
+    assert straight.steps == 4
     lines = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "loss" in line] == [1, 2, 3, 4]
 
@@ -75,7 +76,7 @@ def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(
 
         shutil.rmtree(crashed / lost)
     resumed = run_contrastive(settings(crashed))
-    assert resumed["steps"] == 4 and resumed["eval_before"] is None
+    assert resumed.steps == 4 and resumed.eval_before is None
     reference, again = weights(tmp_path / "a"), weights(crashed)
     assert any(
         not torch.equal(reference[k], load_file(base / "model.safetensors").get(k, reference[k]))
@@ -93,7 +94,7 @@ def test_running_a_finished_run_again_trains_no_further_and_exports_the_same_mod
     first = run_contrastive(ContrastiveSettings.model_validate(plan))
     exported = weights(tmp_path / "run")
     again = run_contrastive(ContrastiveSettings.model_validate(plan))
-    assert first["steps"] == again["steps"] == 2
+    assert first.steps == again.steps == 2
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2"]
     for name, value in weights(tmp_path / "run").items():
         assert torch.equal(value, exported[name]), name
@@ -128,7 +129,7 @@ def test_every_held_out_set_is_scored_before_during_and_after_training(tmp_path,
     path.write_text(yaml.safe_dump(plan))
     result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path)])
     assert result.exit_code == 0, result.output
-    summary = json.loads((run / "summary.json").read_text())
+    summary = ContrastiveResult.read(run / "summary.json")
 
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if "eval_foldoc_cosine_ndcg@10" in line]
@@ -136,28 +137,28 @@ def test_every_held_out_set_is_scored_before_during_and_after_training(tmp_path,
     for line in evals:
         assert line["eval_sequential_score"] == line["eval_wordnet_cosine_ndcg@10"]  # the first set decides
     for stage, line in (("eval_before", evals[0]), ("eval_after", evals[-1])):
-        assert set(summary[stage]) == {"wordnet", "foldoc"}
+        assert set(getattr(summary, stage)) == {"wordnet", "foldoc"}
         for name in ("wordnet", "foldoc"):
-            assert summary[stage][name]["ndcg@10"] == round(line[f"eval_{name}_cosine_ndcg@10"], 4)
-    before, after = summary["eval_before"]["foldoc"]["ndcg@10"], summary["eval_after"]["foldoc"]["ndcg@10"]
+            assert getattr(summary, stage)[name]["ndcg@10"] == round(line[f"eval_{name}_cosine_ndcg@10"], 4)
+    before, after = summary.eval_before["foldoc"]["ndcg@10"], summary.eval_after["foldoc"]["ndcg@10"]
     assert f"held-out foldoc: ndcg@10 {before:.4f} -> {after:.4f} (" in result.output
 
-    card = (Path(summary["export"]) / "README.md").read_text()
+    card = (Path(summary.export) / "README.md").read_text()
     assert "- foldoc: a computing term -> its FOLDOC definition: a source no training build reads" in card
     assert "(6 queries, 20 documents)" in card
     assert f"| foldoc | after fine-tuning | {after:.4f} |" in card
-    assert_card_states_the_run(Path(summary["export"]), summary, build)
+    assert_card_states_the_run(Path(summary.export), summary, build)
 
     # A resumed run states the scores before training from its step-0 line ...
     for lost in ("checkpoint-2", "neobert-embed"):
         shutil.rmtree(run / lost)
     resumed = run_contrastive(ContrastiveSettings.model_validate(plan))
-    assert resumed["eval_before"] == summary["eval_before"]
+    assert resumed.eval_before == summary.eval_before
     # ... and may score other sets than it started with, though then it cannot say what they were before.
     shutil.rmtree(run / "checkpoint-2")
     plan["eval"] = {"sets": [{"kind": "foldoc", **small}]}
     changed = run_contrastive(ContrastiveSettings.model_validate(plan))
-    assert changed["eval_before"] is None and set(changed["eval_after"]) == {"foldoc"}
+    assert changed.eval_before is None and set(changed.eval_after) == {"foldoc"}
 
 
 HIDE_NEOEMBED = """
@@ -201,7 +202,7 @@ def test_neobert_export_loads_with_neoembed_and_with_remote_code_without_it(tmp_
     summary = run_contrastive(
         ContrastiveSettings.model_validate(recipe(build, base, tmp_path / "run", max_steps=2))
     )
-    export = Path(summary["export"])
+    export = Path(summary.export)
     config = json.loads((export / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling.NeoBERTModel"
     card = (export / "README.md").read_text()
@@ -260,7 +261,7 @@ def test_source_prompts_reach_training_evaluation_and_the_exported_prompt_names(
         "beta": {"query": "beta asks: "},  # its documents keep the default's prompt
     }
     summary = run_contrastive(ContrastiveSettings.model_validate(settings))
-    export = Path(summary["export"])
+    export = Path(summary.export)
     config = json.loads((export / "config_sentence_transformers.json").read_text())
     assert config["prompts"] == {
         "query": "query: ",
@@ -321,7 +322,7 @@ def test_lora_trains_only_adapters_and_the_export_merges_them(tmp_path, build, m
 
     settings = recipe(build, base, tmp_path / "run", max_steps=2)
     settings["model"]["lora"] = {"r": 4, "alpha": 8}
-    export = Path(run_contrastive(ContrastiveSettings.model_validate(settings))["export"])
+    export = Path(run_contrastive(ContrastiveSettings.model_validate(settings)).export)
     checkpoint = tmp_path / "run" / "checkpoint-2"
     assert (checkpoint / "adapter_model.safetensors").exists()  # checkpoints hold the adapter only
     assert not (export / "adapter_config.json").exists()
@@ -356,9 +357,9 @@ def test_matryoshka_runs_report_each_dimension_and_export_the_full_one(tmp_path,
     settings["loss"] = {"matryoshka_dims": [32, 16, 8], "mini_batch_size": 2}
     summary = run_contrastive(ContrastiveSettings.model_validate(settings))
     for stage in ("eval_before", "eval_after"):
-        assert {"ndcg@10", "ndcg@10_dim16", "ndcg@10_dim8"} <= summary[stage]["beta"].keys()
-        assert "ndcg@10_dim32" not in summary[stage]["beta"]  # the full dimension is scored once
-    export = Path(summary["export"])
+        assert {"ndcg@10", "ndcg@10_dim16", "ndcg@10_dim8"} <= getattr(summary, stage)["beta"].keys()
+        assert "ndcg@10_dim32" not in getattr(summary, stage)["beta"]  # the full dimension is scored once
+    export = Path(summary.export)
     card = (export / "README.md").read_text()
     assert "Matryoshka embeddings at 32, 16, 8 dimensions" in card and "ndcg@10_dim8" in card
     assert_card_states_the_run(export, summary, build)
@@ -368,7 +369,7 @@ def test_matryoshka_runs_report_each_dimension_and_export_the_full_one(tmp_path,
     assert short.shape == (len(TEXTS), 8)
 
 
-def assert_card_states_the_run(export: Path, summary: dict, build: Path) -> None:
+def assert_card_states_the_run(export: Path, summary, build: Path) -> None:
     """The export's README is sentence-transformers' card with neoembed's facts about the run."""
     from huggingface_hub import ModelCard
 
@@ -384,15 +385,15 @@ def assert_card_states_the_run(export: Path, summary: dict, build: Path) -> None
         < text.index("## Training Details")
     )
     assert "### Training Hyperparameters" in text and "text_key" not in text  # keys are no model input
-    assert f"for **{summary['steps']} steps**" in text and f"Records: `{build}`" in text
+    assert f"for **{summary.steps} steps**" in text and f"Records: `{build}`" in text
     assert "- alpha: 48 rows\n- beta: 24 rows" in text
-    for name, after in summary["eval_after"].items():
-        before = summary["eval_before"][name]
+    for name, after in summary.eval_after.items():
+        before = summary.eval_before[name]
         assert f"| {name} | before fine-tuning | {before['ndcg@10']:.4f} | {before['recall@1']:.4f} |" in text
         assert f"| {name} | after fine-tuning | {after['ndcg@10']:.4f} | {after['recall@1']:.4f} |" in text
         assert f"| {name} | relative change | " in text
     recipe_yaml = text.split("### Recipe\n```yaml\n", 1)[1].split("```", 1)[0]
-    assert yaml.safe_load(recipe_yaml)["train"]["max_steps"] == summary["steps"]
+    assert yaml.safe_load(recipe_yaml)["train"]["max_steps"] == summary.steps
 
 
 def test_a_hub_base_model_is_the_cards_base_model(tmp_path, build, minilm_path):
@@ -430,6 +431,7 @@ DDP_WORKER = """
 import json, sys
 import torch
 from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.contrastive import ContrastiveResult
 from neoembed.contrastive.train import run_contrastive
 from neoembed.training import release_process_group
 
@@ -483,5 +485,5 @@ def test_export_base_weight_averages_the_fine_tuned_weights_with_the_base(tmp_pa
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert (
         last["base_weight"] == 0.25
-        and round(last["eval_foldoc_cosine_ndcg@10"], 4) == (summary["eval_after"]["foldoc"]["ndcg@10"])
+        and round(last["eval_foldoc_cosine_ndcg@10"], 4) == (summary.eval_after["foldoc"]["ndcg@10"])
     )

@@ -1,7 +1,7 @@
 """NeoBERT: a pre-norm encoder with RoPE, SwiGLU and RMSNorm, as transformers `PreTrainedModel`s.
 
-Module and parameter names match the released checkpoint (FACTS.md section 1), so its model.safetensors loads
-with no missing or unexpected keys. The forward accepts two layouts:
+Module and parameter names match the released checkpoint (chandar-lab/NeoBERT on the Hugging Face Hub), so its
+model.safetensors loads with no missing or unexpected keys. The forward accepts two layouts:
 
 - padded: `input_ids` (batch, length) with an optional `attention_mask`;
 - packed/unpadded: `input_ids` (tokens,) or (1, tokens) with `cu_seqlens` marking sequence boundaries.
