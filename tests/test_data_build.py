@@ -304,3 +304,34 @@ def test_a_change_of_the_guarded_texts_rebuilds_what_it_affects(tmp_path, monkey
     ).stats  # the same output directory: a resume, were the fingerprint blind to the guard
     assert stats["sources"]["dictionary"]["rows_dropped_for_leakage"]["foldoc"] == 1
     assert [r["query"] for r in read_source(config.out, "dictionary")] == ["question 0", "question 2"]
+
+
+# Variants of one evaluation text that a reader sees as the same: invisible format characters, a byte-order
+# mark, fullwidth letters, case, punctuation and spacing. Each must leak into no build.
+EVALUATION_TEXT = "A compiler translates source code into machine code."
+VARIANTS = [
+    "A com\u200bpiler translates source code into machine code.",  # zero-width space inside a word
+    "\ufeffA compiler translates source code into machine code.",  # leading byte-order mark
+    "Ａ ｃｏｍｐｉｌｅｒ ｔｒａｎｓｌａｔｅｓ ｓｏｕｒｃｅ ｃｏｄｅ ｉｎｔｏ ｍａｃｈｉｎｅ ｃｏｄｅ．",  # fullwidth
+    "a COMPILER translates source code into machine code",
+    "A compiler  translates source-code into machine code!",
+    "A com\u00adpiler translates source code into ma\u200dchine code.",  # soft hyphen, zero-width joiner
+    "A compiler translates source code into machine code.",
+]
+
+
+def test_every_variant_of_an_evaluation_text_has_its_key_and_is_kept_out(tmp_path):
+    from neoembed.data.normalize import text_key
+
+    assert {text_key(v) for v in VARIANTS} == {text_key(EVALUATION_TEXT)}
+    assert text_key("A compiler translates source code into assembly.") != text_key(EVALUATION_TEXT)
+    eval_file = tmp_path / "eval.txt"
+    eval_file.write_text(EVALUATION_TEXT + "\n")
+    rows = [
+        {"term": f"what does tool {i} do?", "definition": v, "other": "n"} for i, v in enumerate(VARIANTS)
+    ]
+    rows.append({"term": "what is a cat?", "definition": "A small feline.", "other": "n"})
+    config = dictionary_build(tmp_path, rows)
+    stats = build(BuildConfig(**{**config.__dict__, "eval_texts": (eval_file,)})).stats
+    assert stats["sources"]["dictionary"]["rows_dropped_for_leakage"]["eval_texts"] == len(VARIANTS)
+    assert [r["query"] for r in read_source(config.out, "dictionary")] == ["what is a cat?"]

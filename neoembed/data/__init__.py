@@ -11,7 +11,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "leakage": ["GuardedTexts"],
         "manifest": ["load_manifests"],
         "mining": ["MiningConfig", "SEARCH_CHUNK", "exact_searcher"],
-        "normalize": ["clean", "text_key"],
+        "normalize": ["KEY_VERSION", "clean", "text_key"],
         "records": ["RecordsError", "load_records"],
         "rescore": ["RescoreConfig"],
         "sources": ["open_source"],

@@ -21,6 +21,7 @@ from neoembed.data.leakage import LeakGuard
 from neoembed.data.manifest import Manifest, check_columns
 from neoembed.data.mapping import FieldPath, RowError
 from neoembed.data.normalize import (
+    KEY_VERSION,
     REASONS,
     Limits,
     check,
@@ -48,7 +49,8 @@ STAGING_SCHEMA = pa.schema(
 )
 BATCH_ROWS = 10_000
 TRUNCATED_FIELDS = ("query", "positive", "negatives")
-FORMAT_VERSION = "6"  # bump when normalisation, filtering, source order or the staging schema changes
+# Bump when filtering, source order or the staging schema changes (a change of text_key bumps KEY_VERSION).
+FORMAT_VERSION = "6." + KEY_VERSION
 
 
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:

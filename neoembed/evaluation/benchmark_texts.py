@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from neoembed.cache import cache_root
-from neoembed.data import GuardedTexts, clean, text_key
+from neoembed.data import KEY_VERSION, GuardedTexts, clean, text_key
 from neoembed.errors import RunError
 from neoembed.run_files import temp_path
 
@@ -113,7 +113,7 @@ def _offline_unless_hub_reachable():
 def task_keys(task) -> np.ndarray:
     """The sorted distinct text keys of `task`'s evaluation texts, from the cache or collected and cached."""
     revision = task.metadata.dataset.get("revision") or "none"
-    path = cache_root() / "leakage" / f"{task.metadata.name}-{revision}.npy"
+    path = cache_root() / "leakage" / f"{task.metadata.name}-{revision}-key{KEY_VERSION}.npy"
     if path.is_file():
         return np.load(path)
     task.load_data()
