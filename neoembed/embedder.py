@@ -48,16 +48,55 @@ def load_embedder(
     NeoBERT directories load through the built-in Transformer module without remote code: importing this
     module ran `neoembed/__init__.py`, which registers NeoBERT with the transformers Auto classes.
     """
+    from safetensors import SafetensorError
     from sentence_transformers import SentenceTransformer
 
     resolved = resolve_model_name(name)
     try:
         model = SentenceTransformer(resolved, device=device, trust_remote_code=trust_remote_code)
+    except SafetensorError as err:
+        raise EmbedderError(
+            f"cannot load embedder {name!r}: a weights file is damaged or truncated ({err})"
+        ) from err
     except (OSError, ValueError, KeyError) as err:
         raise EmbedderError(f"cannot load embedder {name!r}: {err}") from err
+    check_tokenizer(model, name)
     if max_seq_length is not None:
         set_max_seq_length(model, max_seq_length, name=name, what="max length", error=EmbedderError)
     return model
+
+
+PROBE_SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
+
+
+def check_tokenizer(model, name: str) -> None:
+    """A model whose tokenizer files are missing loads with a stand-in tokenizer of a handful of tokens that
+    turns every word into the unknown token: embeddings of unrelated texts then all but coincide. Refuse it:
+    the tokenizer must cover the model's embedding matrix (within padding) and must know the words of a plain
+    English sentence."""
+    tokenizer = getattr(model, "tokenizer", None)
+    embeddings = _input_embeddings(model)
+    if tokenizer is None or embeddings is None:
+        return  # not a transformer encoder (e.g. static embeddings): nothing to compare
+    if len(tokenizer) > embeddings or len(tokenizer) < embeddings // 2:
+        raise EmbedderError(
+            f"cannot load embedder {name!r}: its tokenizer has {len(tokenizer):,} tokens but the model embeds "
+            f"{embeddings:,}; the tokenizer files (tokenizer.json, vocab.txt, ...) are missing or belong to "
+            "another model"
+        )
+    ids = tokenizer(PROBE_SENTENCE, add_special_tokens=False)["input_ids"]
+    unknown = tokenizer.unk_token_id
+    if unknown is not None and ids and sum(i == unknown for i in ids) > len(ids) // 2:
+        raise EmbedderError(
+            f"cannot load embedder {name!r}: its tokenizer maps most words of a plain English sentence to the "
+            f"unknown token {tokenizer.unk_token!r}; the tokenizer files are missing or damaged"
+        )
+
+
+def _input_embeddings(model) -> int | None:
+    encoder = getattr(model[0], "auto_model", None) if len(model) else None
+    layer = encoder.get_input_embeddings() if hasattr(encoder, "get_input_embeddings") else None
+    return getattr(layer, "num_embeddings", None)
 
 
 def set_max_seq_length(model, length: int, *, name: str, what: str, error: type[Exception]) -> None:
@@ -81,11 +120,12 @@ def position_limit(model) -> int | None:
 
 
 def model_fingerprint(model) -> str:
-    """A stable hex digest of a model's architecture and weights: equal models give equal strings.
+    """A stable hex digest of a model's architecture, weights and tokenizer: equal models give equal strings.
 
-    Hashes each module's class and saved config (pooling mode, normalisation, ...) and every tensor of
-    the state dict (name, dtype, shape, bytes), so a different model, fine-tune or pooling is detected
-    while the same weights loaded from another path or process give the same fingerprint.
+    Hashes each module's class and saved config (pooling mode, normalisation, ...), the tokenizer (its whole
+    definition: vocabulary, normaliser, special tokens) and every tensor of the state dict (name, dtype, shape,
+    bytes), so a different model, fine-tune, pooling or tokenizer is detected while the same model loaded from
+    another path or process gives the same fingerprint.
     """
     import hashlib
     import json
@@ -99,6 +139,13 @@ def model_fingerprint(model) -> str:
         config = module.get_config_dict() if hasattr(module, "get_config_dict") else {}
         digest.update(type(module).__name__.encode())
         digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        definition = (
+            backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+        )
+        digest.update(definition.encode())
     for name, tensor in sorted(model.state_dict().items()):
         tensor = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())

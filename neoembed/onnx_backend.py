@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from neoembed.errors import InputError
-from neoembed.run_files import write_json
+from neoembed.run_files import is_lock_file, one_writer, write_json
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +89,20 @@ class OnnxExport:
 def export_onnx(model_name: str, out_dir: Path, *, quantize: Quantize | None = None) -> OnnxExport:
     """Write `model_name` (any name `load_embedder` takes) to `out_dir` as an export directory; return what was
     written and the export's largest deviation from the torch model on the probe texts."""
+    out_dir = Path(out_dir)
+    with one_writer(out_dir, "export", param="OUT_DIR"):
+        if any(not is_lock_file(entry) for entry in out_dir.iterdir()):
+            raise InputError(
+                f"{out_dir} is not empty; export into a new directory (after a failed export, remove it first)",
+                param="OUT_DIR",
+            )
+        return _export(model_name, out_dir, quantize)
+
+
+def _export(model_name: str, out_dir: Path, quantize: Quantize | None) -> OnnxExport:
     from neoembed.embedder import load_embedder
     from neoembed.probe import PROBE_TEXTS, worst_cosine
 
-    out_dir = Path(out_dir)
-    if (out_dir / ONNX_DIR).exists():
-        raise InputError(f"{out_dir} already holds an ONNX export; choose a new directory", param="OUT_DIR")
     model = load_embedder(model_name, device="cpu").eval()
     model.save(str(out_dir))
     names = encoder_inputs(model)

@@ -1,4 +1,5 @@
-"""Run files: every JSON, text or parquet file a run, build or index writes, and every JSONL log.
+"""Run files: every JSON, text or parquet file a run, build or index writes, every JSONL log, and the lock
+that keeps a second writer out of an output directory.
 
 Writes are atomic (a killed process leaves the old file or the new one, never half of one), so a resumed
 job can trust what it finds. Nothing here imports transformers: writing a file must stay cheap.
@@ -8,10 +9,21 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from neoembed.errors import InputError
+
 METRICS_FILE = "metrics.jsonl"
+
+
+class OutputLocked(InputError):
+    """Another process is writing the same output directory; the message names it."""
 
 
 def temp_path(path: Path) -> Path:
@@ -46,3 +58,75 @@ def append_jsonl(path: Path, record: dict) -> None:
     """Append `record` as one JSON line: what every neoembed log file (metrics, build and index logs) holds."""
     with Path(path).open("a", encoding="utf-8") as out:
         out.write(json.dumps(record) + "\n")
+
+
+@contextmanager
+def one_writer(
+    directory: Path, name: str = "writer", param: str | None = None, create: bool = True
+) -> Iterator[None]:
+    """Hold `directory`'s one-writer lock while the body runs; a second writer gets `OutputLocked` at once,
+    naming the process that holds it, before it writes anything.
+
+    The lock is filelock's OS lock (flock) on `<directory>/.<name>.lock`: the kernel releases it when its
+    holder exits, however it exits, so a killed writer leaves no stale lock and a re-run resumes. Beside it,
+    `.<name>.lock.holder` says who holds it (pid, host, command, start), for the second writer's message.
+    With `create` False the directory must exist already."""
+    from filelock import FileLock, Timeout
+
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(
+            f"{directory} is a file, not a directory; choose a directory to write to", param=param
+        )
+    if not create and not directory.is_dir():
+        raise InputError(f"{directory} does not exist", param=param)
+    directory.mkdir(parents=True, exist_ok=True)
+    lock_path = directory / f".{name}.lock"
+    holder = lock_path.with_name(lock_path.name + ".holder")
+    lock = FileLock(lock_path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise OutputLocked(
+            f"{directory} is being written by {_describe_holder(holder)}; wait for it to finish, or stop it "
+            "(a re-run resumes), or choose another output directory",
+            param=param,
+        ) from None
+    try:
+        write_json(
+            holder,
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "command": " ".join(sys.argv),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            },
+        )
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
+
+
+def _describe_holder(holder: Path) -> str:
+    try:
+        who = json.loads(holder.read_text())
+        return f"process {who['pid']} on {who['host']} (`{who['command']}`, since {who['started']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (it has not said which yet)"
+
+
+def is_lock_file(path: Path) -> bool:
+    """Whether `path` is one of `one_writer`'s own files (which do not make a directory non-empty)."""
+    return path.name.startswith(".") and path.name.endswith((".lock", ".lock.holder"))
+
+
+def file_checksum(path: Path, chunk_bytes: int = 8 << 20) -> str:
+    """xxh3-128 of a file's bytes, read in chunks: fast enough (several GB/s) to verify large index files."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    with Path(path).open("rb") as file:
+        while chunk := file.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -50,6 +50,7 @@ from neoembed.training import (
     configure_process,
     last_complete_checkpoint,
     open_run,
+    run_lock,
     train_or_restore,
     trainer_arguments,
 )
@@ -250,7 +251,13 @@ def recorded_before(settings: ContrastiveSettings) -> dict:
 
 def run_contrastive(settings: ContrastiveSettings) -> ContrastiveResult:
     """Train per `settings` (resuming from the newest complete checkpoint), export, and return the steps, each
-    held-out set's scores before and after training, and the export (also written as summary.json)."""
+    held-out set's scores before and after training, and the export (also written as summary.json). One
+    launch writes a run directory at a time (`training.run_lock`)."""
+    with run_lock(Path(settings.train.output_dir)):
+        return _fine_tune(settings)
+
+
+def _fine_tune(settings: ContrastiveSettings) -> ContrastiveResult:
     trainer = build_trainer(settings)
     model, sources = trainer.model, trainer.train_dataset
     output_dir = Path(settings.train.output_dir)

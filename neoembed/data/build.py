@@ -43,7 +43,7 @@ from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
 from neoembed.recipes import StrictSettings, split_commas
-from neoembed.run_files import append_jsonl, write_json, write_parquet, write_text
+from neoembed.run_files import append_jsonl, one_writer, write_json, write_parquet, write_text
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -162,8 +162,6 @@ def _sha(*items) -> str:
 
 class Build:
     def __init__(self, config: BuildConfig, benchmark: GuardedTexts | None = None):
-        if config.out is None:
-            raise InputError("an output directory is needed to build (--out)", param="out")
         if bool(config.eval_benchmark) != (benchmark is not None):
             raise InputError(
                 "eval_benchmark and the benchmark's texts go together: collect them with "
@@ -489,5 +487,12 @@ def build(
 ) -> BuildResult | None:
     """Run a build (or this shard's part of one); returns the result once the whole build is complete.
     `benchmark` holds the texts of `config.eval_benchmark`'s tasks (`neoembed.evaluation.benchmark_texts`)."""
-    stats = Build(config, benchmark).run(merge_only=merge_only)
+    index, count = config.shard
+    lock = (
+        "build" if count == 1 else f"build-shard-{index}-of-{count}"
+    )  # shards of one build run side by side
+    if config.out is None:
+        raise InputError("an output directory is needed to build (--out)", param="--out")
+    with one_writer(config.out, lock, param="--out"):
+        stats = Build(config, benchmark).run(merge_only=merge_only)
     return None if stats is None else BuildResult.of(config.out, stats)

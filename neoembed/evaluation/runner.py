@@ -32,7 +32,7 @@ from neoembed.evaluation.significance import (
 )
 from neoembed.evaluation.summary import Summary, summarize, write_summary
 from neoembed.evaluation.tasks import leaf_tasks, supports_lexical_search
-from neoembed.run_files import append_jsonl
+from neoembed.run_files import append_jsonl, one_writer
 
 LOG_NAME = "mteb_eval.jsonl"
 
@@ -138,8 +138,13 @@ def run_evaluation(
     *,
     device: str | None = None,
 ) -> RunReport:
-    """Evaluate every model on every task (skipping finished ones), then write the summary files."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Evaluate every model on every task (skipping finished ones), then write the summary files. One run
+    writes an output directory at a time."""
+    with one_writer(out_dir, "mteb-eval", param="--output"):
+        return _evaluate_all(specs, tasks, settings, out_dir, device)
+
+
+def _evaluate_all(specs, tasks, settings: EvalSettings, out_dir: Path, device: str | None) -> RunReport:
     cache = ResultCache(out_dir)
     outcomes: list[TaskOutcome] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -26,21 +26,23 @@ from neoembed.index.errors import IndexingError, IndexMismatchError
 from neoembed.index.factory import choose_factory, faiss_metric, nlist
 from neoembed.index.manifest import (
     MANIFEST_FILE,
+    STATE_FILE,
     STORE_FILE,
     VECTORS_FILE,
     Manifest,
     Tuning,
     append_log,
+    record_files,
 )
 from neoembed.index.settings import AddSettings, BuildSettings, RebuildSettings, TuneSettings
 from neoembed.index.store import DocStore
 from neoembed.index.train import train_and_add
 from neoembed.index.tune import exact_neighbors, tune
+from neoembed.run_files import is_lock_file, one_writer
 from neoembed.vector_file import embed_to_file, read_vectors, trim_vectors
 
 log = logging.getLogger("neoembed.index")
 
-STATE_FILE = "build_state.json"  # present only while a build or add is unfinished: what its vectors are
 GIVEN = "given by --factory"
 EMBED_CHUNK = 2048  # documents embedded, then appended to the vector file, per step
 
@@ -58,7 +60,7 @@ def _open_out_dir(out: Path, model_state: dict) -> dict | None:
     """Create `out` (returns None), or return the state of the unfinished build there, which must be of the
     same model; the state file is written first, so a crash at any later point leaves a resumable build."""
     state_path = out / STATE_FILE
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(not is_lock_file(entry) for entry in out.iterdir()):
         if not state_path.exists():
             raise IndexingError(f"{out} is not empty and holds no unfinished build; choose another --out")
         previous = json.loads(state_path.read_text())
@@ -149,6 +151,7 @@ def _tune_and_commit(
         ntotal=n,
         tuning=tuning,
         faiss_version=faiss.__version__,
+        files=record_files(out, [index_file, STORE_FILE, VECTORS_FILE]),
     )
     manifest.save(out)
     if previous and previous != index_file:
@@ -173,41 +176,44 @@ def build_index(
     `fields` (`model="minilm"`, `threads=2`, ...) as in `BuildSettings`."""
     settings = BuildSettings.of(settings, **fields)
     out = Path(out)
-    if (out / MANIFEST_FILE).exists():
-        raise IndexingError(f"{out} already holds an index: use `neoembed index add` or choose another --out")
-    threads = set_threads(settings.threads)
-    # the reader checks that every file exists before a model is loaded
-    corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
-    embedder, fingerprint = encode.load_model(settings.model, settings.dtype)
-    dim = encode.dimension(embedder)
-    factory, metric = settings.factory, settings.metric
-    if factory != "auto":
-        _empty_index(factory, dim, metric)
-    normalized = metric == "cosine"
-    model_state = {"model_fingerprint": fingerprint, "dimension": dim, "normalized": normalized}
-    previous = _open_out_dir(out, model_state)
-    n = _store_corpus(out, corpus, previous, model_state)
-    _report_skips(corpus, out)
-    reason = GIVEN
-    if factory == "auto":
-        factory, reason = choose_factory(n, dim, settings.memory_bytes)
-    index = _empty_index(factory, dim, metric, n)
-    store = DocStore(out / STORE_FILE, readonly=True)
-    try:
-        _embed(embedder, store.texts(0, n), out, normalize=normalized, batch_size=settings.batch_size)
-    finally:
-        store.close()
+    with one_writer(out, "index", param="--out"):  # a second writer stops here, before any work
+        if (out / MANIFEST_FILE).exists():
+            raise IndexingError(
+                f"{out} already holds an index: use `neoembed index add` or choose another --out"
+            )
+        threads = set_threads(settings.threads)
+        # the reader checks that every file exists before a model is loaded
+        corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
+        embedder, fingerprint = encode.load_model(settings.model, settings.dtype)
+        dim = encode.dimension(embedder)
+        factory, metric = settings.factory, settings.metric
+        if factory != "auto":
+            _empty_index(factory, dim, metric)
+        normalized = metric == "cosine"
+        model_state = {"model_fingerprint": fingerprint, "dimension": dim, "normalized": normalized}
+        previous = _open_out_dir(out, model_state)
+        n = _store_corpus(out, corpus, previous, model_state)
+        _report_skips(corpus, out)
+        reason = GIVEN
+        if factory == "auto":
+            factory, reason = choose_factory(n, dim, settings.memory_bytes)
+        index = _empty_index(factory, dim, metric, n)
+        store = DocStore(out / STORE_FILE, readonly=True)
+        try:
+            _embed(embedder, store.texts(0, n), out, normalize=normalized, batch_size=settings.batch_size)
+        finally:
+            store.close()
 
-    vectors = read_vectors(out / VECTORS_FILE, dim, n)
-    log.info("index %s: %s", factory, reason)
-    train_and_add(index, vectors, seed=settings.seed)
-    manifest_fields = dict(model=settings.model, model_fingerprint=fingerprint, dimension=dim, metric=metric,
-                           normalized=normalized, factory=factory, factory_reason=reason)  # fmt: skip
-    manifest = _tune_and_commit(
-        index, vectors, out, manifest_fields, settings.target_recall, threads, settings
-    )
-    (out / STATE_FILE).unlink(missing_ok=True)
-    return manifest
+        vectors = read_vectors(out / VECTORS_FILE, dim, n)
+        log.info("index %s: %s", factory, reason)
+        train_and_add(index, vectors, seed=settings.seed)
+        manifest_fields = dict(model=settings.model, model_fingerprint=fingerprint, dimension=dim, metric=metric,
+                               normalized=normalized, factory=factory, factory_reason=reason)  # fmt: skip
+        manifest = _tune_and_commit(
+            index, vectors, out, manifest_fields, settings.target_recall, threads, settings
+        )
+        (out / STATE_FILE).unlink(missing_ok=True)
+        return manifest
 
 
 def _grown_reason(manifest: Manifest, ntotal: int) -> str:
@@ -244,39 +250,41 @@ def add_documents(
     """
     settings = AddSettings.of(settings, **fields)
     out = Path(index_dir)
-    threads = set_threads(settings.threads)
-    manifest = Manifest.load(out)
-    name = settings.model or manifest.model
-    embedder, fingerprint = encode.load_model(name, settings.dtype)
-    if fingerprint != manifest.model_fingerprint:
-        raise IndexMismatchError(
-            f"model {name!r} (fingerprint {fingerprint}) is not the model the index in {out} was built with: "
-            f"{manifest.model!r} (fingerprint {manifest.model_fingerprint}); its vectors would not be comparable"
+    with one_writer(out, "index", param="INDEX_DIR", create=False):  # one writer at a time
+        threads = set_threads(settings.threads)
+        manifest = Manifest.load(out)
+        manifest.verify(out)
+        name = settings.model or manifest.model
+        embedder, fingerprint = encode.load_model(name, settings.dtype)
+        if fingerprint != manifest.model_fingerprint:
+            raise IndexMismatchError(
+                f"model {name!r} (fingerprint {fingerprint}) is not the model the index in {out} was built with: "
+                f"{manifest.model!r} (fingerprint {manifest.model_fingerprint}); its vectors would not be comparable"
+            )
+        corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
+        n, dim = manifest.ntotal, manifest.dimension
+        store = DocStore(out / STORE_FILE)
+        try:
+            store.truncate(n)  # rows of an add that crashed before its manifest was written
+            added, digest = store.add_corpus(corpus, n)
+            _report_skips(corpus, out)
+            _resume_add(out, {"add_to": n, "model_fingerprint": fingerprint, "corpus": digest}, dim, n)
+            _embed(embedder, store.texts(n, n + added), out, normalize=manifest.normalized,
+                   batch_size=settings.batch_size, offset=n)  # fmt: skip
+        finally:
+            store.close()
+        vectors = read_vectors(out / VECTORS_FILE, dim, n + added)
+        index = faiss.read_index(str(out / manifest.index_file))
+        train_and_add(index, vectors[n:])  # trained already: adds only
+        manifest_fields = dict(model=manifest.model, model_fingerprint=fingerprint, dimension=dim,
+                               metric=manifest.metric, normalized=manifest.normalized, factory=manifest.factory,
+                               factory_reason=_grown_reason(manifest, n + added),
+                               previous_index_file=manifest.index_file)  # fmt: skip
+        committed = _tune_and_commit(
+            index, vectors, out, manifest_fields, manifest.tuning.target_recall, threads, settings
         )
-    corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
-    n, dim = manifest.ntotal, manifest.dimension
-    store = DocStore(out / STORE_FILE)
-    try:
-        store.truncate(n)  # rows of an add that crashed before its manifest was written
-        added, digest = store.add_corpus(corpus, n)
-        _report_skips(corpus, out)
-        _resume_add(out, {"add_to": n, "model_fingerprint": fingerprint, "corpus": digest}, dim, n)
-        _embed(embedder, store.texts(n, n + added), out, normalize=manifest.normalized,
-               batch_size=settings.batch_size, offset=n)  # fmt: skip
-    finally:
-        store.close()
-    vectors = read_vectors(out / VECTORS_FILE, dim, n + added)
-    index = faiss.read_index(str(out / manifest.index_file))
-    train_and_add(index, vectors[n:])  # trained already: adds only
-    manifest_fields = dict(model=manifest.model, model_fingerprint=fingerprint, dimension=dim,
-                           metric=manifest.metric, normalized=manifest.normalized, factory=manifest.factory,
-                           factory_reason=_grown_reason(manifest, n + added),
-                           previous_index_file=manifest.index_file)  # fmt: skip
-    committed = _tune_and_commit(
-        index, vectors, out, manifest_fields, manifest.tuning.target_recall, threads, settings
-    )
-    (out / STATE_FILE).unlink(missing_ok=True)
-    return committed
+        (out / STATE_FILE).unlink(missing_ok=True)
+        return committed
 
 
 def rebuild_index(index_dir: str | Path, settings: RebuildSettings | None = None, /, **fields) -> Manifest:
@@ -284,17 +292,19 @@ def rebuild_index(index_dir: str | Path, settings: RebuildSettings | None = None
     without re-embedding; the model is not loaded. `settings` or `fields` as in `RebuildSettings`."""
     settings = RebuildSettings.of(settings, **fields)
     out = Path(index_dir)
-    threads = set_threads(settings.threads)
-    manifest = Manifest.load(out)
-    vectors = read_vectors(out / VECTORS_FILE, manifest.dimension, manifest.ntotal)
-    factory, reason = settings.factory, GIVEN
-    if factory == "auto":
-        factory, reason = choose_factory(manifest.ntotal, manifest.dimension, settings.memory_bytes)
-    index = _empty_index(factory, manifest.dimension, manifest.metric, manifest.ntotal)
-    train_and_add(index, vectors, seed=settings.seed)
-    manifest_fields = dict(model=manifest.model, model_fingerprint=manifest.model_fingerprint,
-                           dimension=manifest.dimension, metric=manifest.metric,
-                           normalized=manifest.normalized, factory=factory, factory_reason=reason,
-                           previous_index_file=manifest.index_file)  # fmt: skip
-    target = manifest.tuning.target_recall if settings.target_recall is None else settings.target_recall
-    return _tune_and_commit(index, vectors, out, manifest_fields, target, threads, settings)
+    with one_writer(out, "index", param="INDEX_DIR", create=False):  # one writer at a time
+        threads = set_threads(settings.threads)
+        manifest = Manifest.load(out)
+        manifest.verify(out)
+        vectors = read_vectors(out / VECTORS_FILE, manifest.dimension, manifest.ntotal)
+        factory, reason = settings.factory, GIVEN
+        if factory == "auto":
+            factory, reason = choose_factory(manifest.ntotal, manifest.dimension, settings.memory_bytes)
+        index = _empty_index(factory, manifest.dimension, manifest.metric, manifest.ntotal)
+        train_and_add(index, vectors, seed=settings.seed)
+        manifest_fields = dict(model=manifest.model, model_fingerprint=manifest.model_fingerprint,
+                               dimension=manifest.dimension, metric=manifest.metric,
+                               normalized=manifest.normalized, factory=factory, factory_reason=reason,
+                               previous_index_file=manifest.index_file)  # fmt: skip
+        target = manifest.tuning.target_recall if settings.target_recall is None else settings.target_recall
+        return _tune_and_commit(index, vectors, out, manifest_fields, target, threads, settings)

@@ -30,6 +30,7 @@ def export_index(
     ExportSettings.of(settings, **fields)  # checks the format before any work
     directory, out = Path(index_dir), Path(out)
     manifest = Manifest.load(directory)
+    manifest.verify(directory)
     vectors = read_vectors(directory / VECTORS_FILE, manifest.dimension, manifest.ntotal)
     schema = pa.schema(
         [

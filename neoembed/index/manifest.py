@@ -7,6 +7,7 @@ An index directory contains:
   manifest.json    this manifest: which model made the vectors, how the index was chosen and tuned,
                    and the recall@10 and QPS measured for it
   build_log.jsonl  one JSON line per step (embedding progress, tuning points, totals)
+  build_state.json present only while a build or add is unfinished: what its vectors are
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from pydantic import Field, ValidationError
 from neoembed.index.errors import IndexingError
 from neoembed.index.settings import Metric
 from neoembed.recipes import StrictSettings, describe_validation_error
-from neoembed.run_files import append_jsonl, write_json
+from neoembed.run_files import append_jsonl, file_checksum, write_json
 
 FORMAT_VERSION = 1
 STORE_FILE = "docs.sqlite"
 VECTORS_FILE = "vectors.f32"
 MANIFEST_FILE = "manifest.json"
 LOG_FILE = "build_log.jsonl"
+STATE_FILE = "build_state.json"
 
 
 class Tuning(StrictSettings):
@@ -41,6 +43,22 @@ class Tuning(StrictSettings):
     curve: list[dict] = Field(default_factory=list)  # every setting tried: value, recall_at_10, QPS
 
 
+class FileRecord(StrictSettings):
+    """A file of the index directory as the build left it."""
+
+    size: int
+    xxh3: str  # xxh3-128 of its bytes (`run_files.file_checksum`)
+
+
+def record_files(directory: Path, names: list[str]) -> dict[str, FileRecord]:
+    return {
+        name: FileRecord(
+            size=(Path(directory) / name).stat().st_size, xxh3=file_checksum(Path(directory) / name)
+        )
+        for name in names
+    }
+
+
 class Manifest(StrictSettings):
     model: str
     model_fingerprint: str
@@ -54,7 +72,38 @@ class Manifest(StrictSettings):
     ntotal: int
     tuning: Tuning
     faiss_version: str
+    files: dict[str, FileRecord] = Field(default_factory=dict)  # empty in indexes built before it existed
     format_version: int = FORMAT_VERSION
+
+    def verify(self, directory: Path, checksums: bool = True) -> None:
+        """Check that the files the manifest records are as the build left them: each present, of its size,
+        and (with `checksums`) of its checksum. A damaged file is an `IndexingError` naming it, before
+        anything reads it.
+
+        While an add is unfinished (its state file present), the store and the vectors have grown past what
+        the manifest records, while the committed index still serves: they are then checked to be no shorter,
+        and the store by SQLite's own integrity check."""
+        directory = Path(directory)
+        unfinished = (directory / STATE_FILE).exists()
+        for name, record in self.files.items():
+            path = directory / name
+            if not path.is_file():
+                raise IndexingError(f"{path} is missing; the index in {directory} is incomplete")
+            size, grown = path.stat().st_size, unfinished and name != self.index_file
+            if size < record.size or (size != record.size and not grown):
+                raise IndexingError(
+                    f"{path} is damaged: {size:,} bytes where the index was written with {record.size:,} "
+                    "(truncated or overwritten); rebuild the index"
+                )
+            if not checksums:
+                continue
+            if grown and name == STORE_FILE:
+                _check_sqlite(path)
+            elif not grown and file_checksum(path) != record.xxh3:
+                raise IndexingError(
+                    f"{path} is damaged: its checksum differs from the one the index was written with; "
+                    "rebuild the index"
+                )
 
     def save(self, directory: Path) -> None:
         """Write atomically: a crash leaves the previous manifest in place."""
@@ -82,3 +131,15 @@ class Manifest(StrictSettings):
 
 def append_log(directory: Path, record: dict) -> None:
     append_jsonl(Path(directory) / LOG_FILE, record)
+
+
+def _check_sqlite(path: Path) -> None:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            result = conn.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as err:
+        result = str(err)
+    if result != "ok":
+        raise IndexingError(f"{path} is damaged ({result}); rebuild the index")

@@ -41,6 +41,7 @@ class SearchIndex:
         self.settings = SearchSettings.of(settings, **fields)
         self.directory = Path(directory)
         self.manifest = Manifest.load(self.directory)
+        self.manifest.verify(self.directory, checksums=self.settings.verify_checksums)
         self.model_name = self.settings.model or self.manifest.model
         self.threads = set_threads(self.settings.threads)
         path = self.directory / self.manifest.index_file

@@ -100,6 +100,9 @@ class SearchSettings(ThreadSettings):
     """Results per query."""
     mmap: bool = True
     """Memory-map the index rather than read it into memory."""
+    verify_checksums: bool = True
+    """Read every file of the index at load to check it against the manifest's checksums (sizes are always
+    checked); turn off for very large indexes loaded often."""
 
 
 class ExportSettings(StrictSettings):

@@ -39,6 +39,7 @@ from neoembed.training import (
     configure_process,
     last_complete_checkpoint,
     open_run,
+    run_lock,
     train_or_restore,
     trainer_arguments,
 )
@@ -146,7 +147,13 @@ def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
 
 def run_pretraining(settings: PretrainSettings) -> Path:
     """Train per `settings`, resuming from the newest checkpoint in the output directory; return the final
-    Hugging Face directory (config.json, model.safetensors, tokenizer)."""
+    Hugging Face directory (config.json, model.safetensors, tokenizer). One launch writes a run directory at a
+    time (`training.run_lock`)."""
+    with run_lock(Path(settings.train.output_dir)):
+        return _pretrain(settings)
+
+
+def _pretrain(settings: PretrainSettings) -> Path:
     from accelerate import PartialState
 
     train = settings.train

@@ -11,7 +11,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "arguments": ["compile_encoder", "precision_arguments", "trainer_arguments"],
         "callbacks": ["MetricsLog", "TimeBudget", "TrainingDiverged"],
         "checkpoints": ["last_complete_checkpoint", "train_or_restore"],
-        "run_dir": ["RESUMABLE_CHANGES", "check_resume_compatible", "open_run"],
+        "run_dir": ["RESUMABLE_CHANGES", "check_resume_compatible", "open_run", "run_lock"],
         "process": ["configure_process", "release_process_group"],
     },
 )

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from neoembed.recipes import RecipeError, dump_recipe
-from neoembed.run_files import write_text
+from neoembed.run_files import one_writer, write_text
 from neoembed.training.checkpoints import last_complete_checkpoint
 
 # What may change between a run and its resume without changing what is trained: section -> its fields that
@@ -27,6 +29,14 @@ RESUMABLE_CHANGES: dict[str, set[str] | None] = {
     "eval": None,
     "export": None,  # applied after training
 }
+
+
+def run_lock(output_dir: Path) -> AbstractContextManager:
+    """The run directory's one-writer lock, held by the first rank for the whole run (the other ranks of the
+    same launch write under its hold); a second launch into the same directory stops at once."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return nullcontext()
+    return one_writer(output_dir, "run", param="train.output_dir")
 
 
 def open_run(settings: BaseModel, output_dir: Path) -> str | None:
