@@ -9,7 +9,12 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from neoembed.serve.errors import install_error_handlers
-from neoembed.serve.middleware import ApiKeyMiddleware, BodyLimitMiddleware, RequestMetricsMiddleware
+from neoembed.serve.middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    RequestMetricsMiddleware,
+    UnexpectedErrorMiddleware,
+)
 from neoembed.serve.routes import ROUTES, router
 from neoembed.serve.settings import ServeSettings
 from neoembed.serve.state import build_state
@@ -41,9 +46,10 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app.state.server = state
     app.include_router(router)
     install_error_handlers(app)
-    # Added innermost first: a request meets metrics, then the key check, then the body limit.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Added innermost first: a request meets the error net, metrics, the key check, then the body limit.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
-    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics, routes=ROUTES)  # outermost: sees 401s
+    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics, routes=ROUTES)  # sees 401s
+    app.add_middleware(UnexpectedErrorMiddleware)
     return app

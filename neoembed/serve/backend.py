@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import socket
 import subprocess
@@ -25,9 +26,15 @@ from neoembed.serve.worker import ModelInfo
 
 WORKER_MAIN = "import sys; from neoembed.serve.worker import main; main(int(sys.argv[1]))"
 
+log = logging.getLogger("neoembed.serve")
+
 
 class BackendGone(RuntimeError):
-    """The inference process has exited: no batch can be served any more."""
+    """The inference process has exited and will not be started again: no batch can be served any more."""
+
+
+class WorkerRestarted(RuntimeError):
+    """The inference process died during this batch and was started again; its requests can be retried."""
 
 
 class InferenceProcess:
@@ -86,3 +93,39 @@ class InferenceProcess:
                 self._process.kill()
                 self._process.wait()
         self._conn.close()
+
+
+class SupervisedProcess:
+    """The inference process, started again when it dies (a crash, the kernel's OOM killer, a stray kill),
+    at most `max_restarts` times; after that its death is final (`BackendGone`) and the server exits non-zero,
+    so the process supervisor above it (systemd, Kubernetes) can act. Restarts happen on the batcher's thread,
+    which is the only caller of `embed`; meanwhile requests queue and /health answers 503."""
+
+    def __init__(self, settings: ServeSettings, *, fingerprint: bool = False) -> None:
+        self.settings = settings
+        self.restarts = 0
+        self.process = InferenceProcess(settings, fingerprint=fingerprint)
+        self.info: ModelInfo = self.process.info
+
+    def embed(self, sequences: list[list[int]]) -> np.ndarray:
+        try:
+            return self.process.embed(sequences)
+        except BackendGone as err:
+            if self.restarts >= self.settings.max_worker_restarts:
+                raise BackendGone(f"{err}, after {self.restarts} restarts") from err
+            self.restarts += 1
+            log.error(
+                "%s; starting it again (restart %d of %d)",
+                err,
+                self.restarts,
+                self.settings.max_worker_restarts,
+            )
+            self.process = InferenceProcess(self.settings)
+            raise WorkerRestarted(f"{err} while embedding this request, and was started again") from err
+
+    @property
+    def alive(self) -> bool:
+        return self.process.alive
+
+    def close(self) -> None:
+        self.process.close()

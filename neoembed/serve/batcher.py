@@ -99,6 +99,9 @@ class Batcher:
         metrics: Metrics,
     ) -> None:
         self._embed = embed
+        self.on_fatal: Callable[[BaseException], None] = lambda err: (
+            None
+        )  # told when the worker stops for good
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_items = max_queue_items
         self._metrics = metrics
@@ -162,6 +165,7 @@ class Batcher:
                 self._pending.clear()
             for job in {id(item.job): item.job for item in failed}.values():
                 job.settle(error=err)
+            self.on_fatal(err)
             raise
 
     def _next_window(self) -> list[_Item] | None:

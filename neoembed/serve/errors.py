@@ -18,6 +18,8 @@ log = logging.getLogger("neoembed.serve")
 
 # OpenAI's error types per status, so clients that switch on `type` behave as they do against OpenAI.
 _TYPES = {401: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+# What Starlette says when it cannot decode a body it was told is JSON (it is not UTF-8, say).
+_UNPARSABLE_BODY = "There was an error parsing the body"
 
 
 class APIError(Exception):
@@ -111,13 +113,18 @@ def install_error_handlers(app: FastAPI) -> None:
             404: f"Unknown route: {request.method} {request.url.path}",
             405: f"Method {request.method} is not allowed on {request.url.path}",
         }
-        codes = {404: "unknown_route", 405: "method_not_allowed", 413: "request_too_large"}
+        codes = {
+            404: "unknown_route",
+            405: "method_not_allowed",
+            408: "request_timeout",
+            413: "request_too_large",
+        }
         message = messages.get(exc.status_code, str(exc.detail))
+        if exc.status_code == 400 and exc.detail == _UNPARSABLE_BODY:
+            message, codes[400] = (
+                "The request body is not valid JSON: it must be UTF-8 encoded JSON.",
+                "invalid_json",
+            )
         return error_response(
             exc.status_code, message, code=codes.get(exc.status_code), headers=getattr(exc, "headers", None)
         )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, f"Internal server error: {type(exc).__name__}", code="internal_error")

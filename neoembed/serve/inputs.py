@@ -55,7 +55,23 @@ def _check_texts(texts: list[Any], field: str) -> list[str]:
             )
         if not text:
             raise InvalidInput(f"'{field}[{i}]' is an empty string.", param=field, code="empty_input")
+        if not text.isascii():
+            _check_encodable(text, f"{field}[{i}]", field)
     return texts
+
+
+def _check_encodable(text: str, where: str, field: str) -> None:
+    """JSON's \\uXXXX escapes can spell a lone surrogate (half of a UTF-16 pair), which is no character: no
+    tokenizer takes it. Refuse it by position rather than let it fail deep inside one."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidInput(
+            f"'{where}' holds a lone surrogate (U+{ord(text[err.start]):04X} at character {err.start}), which "
+            "is not valid Unicode text.",
+            param=field,
+            code="invalid_text",
+        ) from None
 
 
 def parse_texts(value: Any, max_items: int, field: str = "inputs") -> list[str]:
@@ -84,8 +100,8 @@ def parse_openai_input(value: Any, max_items: int) -> Inputs:
             param=field,
             code="invalid_type",
         )
-    _check_count(len(value), field, max_items)
-    sequences = [value] if _is_token_id(value[0]) else value
+    sequences = [value] if value and _is_token_id(value[0]) else value  # a flat list of ids is one input
+    _check_count(len(sequences), field, max_items)
     for i, ids in enumerate(sequences):
         where = f"{field}[{i}]" if sequences is value else field
         if not isinstance(ids, list):

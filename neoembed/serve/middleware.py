@@ -1,4 +1,5 @@
-"""ASGI middleware around the routes: body-size limit, API-key check and per-route request metrics.
+"""ASGI middleware around the routes: unexpected errors as one log line and a 500, per-route request metrics,
+the API-key check, and the body's size limit and deadline.
 
 Written as plain ASGI (not Starlette's BaseHTTPMiddleware) so they add no task per request and run before
 the body is read: a request without a valid key is refused before any parsing.
@@ -6,7 +7,9 @@ the body is read: a request without a valid key is refused before any parsing.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 import time
 
 from starlette.datastructures import Headers
@@ -15,6 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from neoembed.serve.errors import error_response
 from neoembed.serve.metrics import Metrics
+
+log = logging.getLogger("neoembed.serve")
 
 # Load balancers and Prometheus poll these without credentials; they reveal nothing about inputs.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
@@ -45,16 +50,19 @@ class ApiKeyMiddleware:
 
 
 class BodyLimitMiddleware:
-    """Refuse bodies over `max_bytes` with 413: at once when Content-Length says so, else while streaming.
+    """Refuse bodies over `max_bytes` with 413: at once when Content-Length says so, else while streaming;
+    and bodies that have not arrived `timeout` seconds after the request began with 408, so a client that
+    sends half a body holds neither a request nor the shutdown.
 
     FastAPI's own `max_body_size` answers in plain text from inside the router; this one keeps the OpenAI
     envelope. A chunked body that grows too large raises an HTTPException from `receive`, which FastAPI
     passes through its body reading to the app's error handler.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -68,10 +76,16 @@ class BodyLimitMiddleware:
             await response(scope, receive, send)
             return
         received = 0
+        deadline = time.monotonic() + self.timeout
 
         async def limited_receive() -> Message:
             nonlocal received
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                raise HTTPException(
+                    408, f"The request body did not arrive within {self.timeout:g} seconds (--body-timeout)."
+                ) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
@@ -112,3 +126,36 @@ class RequestMetricsMiddleware:
         finally:
             self._metrics.requests.labels(route, str(status)).inc()
             self._metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+
+
+class UnexpectedErrorMiddleware:
+    """The outermost layer: an error no handler expected becomes a 500 in the envelope and one log line (the
+    traceback only at debug level), so no request can fill the log. Starlette's own handler for it would log
+    the traceback and re-raise for the server to log it again."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch)
+        except Exception as err:
+            log.error(
+                "unhandled error on %s %s: %s: %s", scope["method"], scope["path"], type(err).__name__, err
+            )
+            log.debug("traceback", exc_info=True)
+            if not started:
+                response = error_response(
+                    500, f"Internal server error: {type(err).__name__}", code="internal_error"
+                )
+                await response(scope, receive, send)

@@ -44,8 +44,19 @@ def check_dimensions(state: ServerState, dimensions: int | None) -> None:
         )
 
 
+def check_model(state: ServerState, model: str) -> None:
+    if state.settings.strict_model_name and model != state.name:
+        raise APIError(
+            404,
+            f"The model '{model}' does not exist on this server; it serves '{state.name}'.",
+            param="model",
+            code="model_not_found",
+        )
+
+
 @router.post("/v1/embeddings")
 async def openai_embeddings(request: EmbeddingsRequest, state: State) -> Response:
+    check_model(state, request.model)
     inputs = parse_openai_input(request.input, state.settings.max_client_batch_size)
     check_dimensions(state, request.dimensions)
     vectors, prepared = await state.embed(inputs, truncate=state.settings.truncate, field="input")

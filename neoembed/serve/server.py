@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,19 +15,26 @@ from contextlib import contextmanager
 
 import uvicorn
 
+from neoembed.errors import InputError, RunError
 from neoembed.serve.app import create_app
+from neoembed.serve.protocol import with_header_timeout
 from neoembed.serve.settings import ServeSettings, default_threads
 
 log = logging.getLogger("neoembed.serve")
 
 
 def run_server(settings: ServeSettings) -> None:
-    """Serve until SIGINT/SIGTERM; on shutdown, requests already accepted are finished first."""
+    """Serve until SIGINT/SIGTERM; on shutdown, requests already accepted are finished first (within
+    --shutdown-timeout). If the inference process dies more often than --max-worker-restarts allows, the
+    server stops and this raises `RunError` (exit status 1), for a supervisor to restart it."""
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     app = create_app(settings)
     state = app.state.server
+    sock = bind(settings.host, settings.port)  # a port in use fails here, before "serving on" is logged
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level=settings.log_level))
+    state.on_fatal = lambda: setattr(server, "should_exit", True)
     # Move everything loaded so far (fastapi, transformers, numpy) out of the garbage collector's view: a
     # full collection over those objects pauses every thread of this process, /health included.
     gc.collect()
@@ -38,7 +46,7 @@ def run_server(settings: ServeSettings) -> None:
         "tokens (%s), longer ones %s",
         state.name,
         settings.host,
-        settings.port,
+        sock.getsockname()[1],
         state.model.dimension,
         state.model.device,
         state.model.dtype,
@@ -47,14 +55,35 @@ def run_server(settings: ServeSettings) -> None:
         source,
         rule,
     )
-    # timeout_graceful_shutdown=None: on SIGTERM uvicorn stops accepting, then waits for every in-flight
-    # request before the app's shutdown drains the batcher.
-    uvicorn.run(
+    server.run(sockets=[sock])
+    if state.failure is not None:
+        raise RunError(f"the server stopped: {state.failure}")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or an `InputError` that says the port is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise InputError(f"cannot listen on {host}:{port}: {err.strerror}", param="--port") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_config(app, settings: ServeSettings, log_level: str) -> uvicorn.Config:
+    """uvicorn's configuration with the server's time limits: request headers (`TimedH11Protocol`), idle
+    keep-alive connections, and the graceful shutdown (bodies have theirs in `BodyLimitMiddleware`)."""
+    return uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=None,
+        log_level=log_level,
+        http=with_header_timeout(settings.header_timeout),
+        timeout_keep_alive=settings.keep_alive_timeout,
+        timeout_graceful_shutdown=settings.shutdown_timeout,
     )
 
 
@@ -64,18 +93,21 @@ def serve_in_thread(app, *, host: str = "127.0.0.1", port: int = 0, timeout: flo
 
     On exit the server shuts down as on SIGTERM: in-flight requests finish, then the app's shutdown runs.
     """
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=None)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="neoembed-uvicorn", daemon=True)
+    state = app.state.server
+    sock = bind(host, port)
+    server = uvicorn.Server(uvicorn_config(app, state.settings, log_level="warning"))
+    state.on_fatal = lambda: setattr(server, "should_exit", True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="neoembed-uvicorn", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + timeout
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError(f"the server did not start on {host}:{port}")
         time.sleep(0.01)
-    bound = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://{host}:{bound}"
+        yield f"http://{host}:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join()

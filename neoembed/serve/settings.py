@@ -66,6 +66,20 @@ class ServeSettings(StrictSettings):
     """With --backend onnx: the graph under onnx/ (default model.onnx; model_qint8.onnx for int8)."""
     log_level: str = "info"
     """uvicorn and server log level."""
+    strict_model_name: bool = False
+    """Answer 404 model_not_found to a request that names another model than the served one, as OpenAI does
+    (default: serve whatever name a client sends)."""
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds a connection may take to send a request's headers (an idle new connection is closed then)."""
+    body_timeout: float = Field(30.0, gt=0)
+    """Seconds a request's body may take to arrive; a slower one gets 408."""
+    keep_alive_timeout: float = Field(5.0, gt=0)
+    """Seconds an idle keep-alive connection stays open between requests."""
+    shutdown_timeout: float = Field(30.0, gt=0)
+    """On SIGTERM, seconds to finish accepted requests before the rest are cancelled."""
+    max_worker_restarts: int = Field(3, ge=0)
+    """Times the inference process is restarted after it dies; once more and the server exits with status 1
+    (for a supervisor to act on)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeSettings:

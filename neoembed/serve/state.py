@@ -7,6 +7,7 @@ the handlers in routes.py receive it through a FastAPI dependency.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from neoembed.errors import InputError
-from neoembed.serve.backend import InferenceProcess
+from neoembed.serve.backend import BackendGone, SupervisedProcess, WorkerRestarted
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
 from neoembed.serve.errors import APIError
 from neoembed.serve.inputs import Inputs
@@ -39,10 +40,17 @@ class ServerState:
     name: str
     model: ModelInfo
     tokenizer: RequestTokenizer
-    backend: InferenceProcess
+    backend: SupervisedProcess
     batcher: Batcher
     metrics: Metrics
     index: ServedIndex | None
+    failure: str | None = None  # why the server must stop (the inference process died for good)
+    on_fatal: Callable[[], None] = lambda: None  # stops the HTTP server (set by whoever runs it)
+
+    def fail(self, err: BaseException) -> None:
+        """The batcher stopped for good: record why and stop the server, which then exits non-zero."""
+        self.failure = str(err) or type(err).__name__
+        self.on_fatal()
 
     @property
     def healthy(self) -> bool:
@@ -62,7 +70,14 @@ class ServerState:
             ) from err
         except ShuttingDownError as err:
             raise APIError(503, "The server is shutting down.", code="shutting_down") from err
-        vectors = await future
+        try:
+            vectors = await future
+        except WorkerRestarted as err:
+            raise APIError(
+                503, f"{err}; retry the request.", code="worker_restarted", headers={"Retry-After": "5"}
+            ) from err
+        except BackendGone as err:
+            raise APIError(503, f"The inference worker is not running: {err}.", code="unhealthy") from err
         self.metrics.input_tokens.inc(prepared.tokens)
         self.metrics.truncations.inc(len(prepared.truncated))
         return vectors, prepared
@@ -81,7 +96,7 @@ def build_state(settings: ServeSettings) -> ServerState:
     Everything that can fail on bad settings (the model, the index, the batch budget) fails here, before a
     port is bound; the inference process is stopped again when it does.
     """
-    backend = InferenceProcess(settings, fingerprint=settings.index is not None)
+    backend = SupervisedProcess(settings, fingerprint=settings.index is not None)
     try:
         model = backend.info
         default = DEFAULT_BATCH_TOKENS["cpu" if model.device == "cpu" else "cuda"]
@@ -105,4 +120,6 @@ def build_state(settings: ServeSettings) -> ServerState:
         backend.embed, max_batch_tokens=budget, max_queue_items=settings.max_queue_items, metrics=metrics
     )
     tokenizer = RequestTokenizer(model.tokenizer, max_length=model.max_length, prompt=model.prompt)
-    return ServerState(settings, served_name(settings), model, tokenizer, backend, batcher, metrics, index)
+    state = ServerState(settings, served_name(settings), model, tokenizer, backend, batcher, metrics, index)
+    batcher.on_fatal = state.fail
+    return state
