@@ -8,7 +8,9 @@ still passes its own `ResultCache` under the run's output directory.
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 
 from neoembed.cache import cache_root
 
@@ -16,4 +18,19 @@ os.environ.setdefault("MTEB_CACHE", str(cache_root() / "mteb"))
 
 import mteb  # noqa: E402
 
-__all__ = ["mteb"]
+__all__ = ["all_tasks", "mteb"]
+
+
+def all_tasks() -> list:
+    """Every task mteb registers, beta and superseded ones included, instantiated quietly: mteb logs and warns
+    about each beta task it instantiates (over 250 lines), which says nothing when only their names and
+    metadata are read."""
+    quiet = logging.getLogger("mteb")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return list(mteb.get_tasks(exclude_superseded=False, exclude_beta=False))
+    finally:
+        quiet.setLevel(level)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,7 @@ from neoembed.run_files import is_lock_file, one_writer, write_json
 
 log = logging.getLogger(__name__)
 
+UNFINISHED = ".export-unfinished"  # present while an export is being written
 ONNX_DIR = "onnx"
 FILES = {None: "model.onnx", "int8": "model_qint8.onnx"}
 OPSET = 17
@@ -91,12 +93,19 @@ def export_onnx(model_name: str, out_dir: Path, *, quantize: Quantize | None = N
     written and the export's largest deviation from the torch model on the probe texts."""
     out_dir = Path(out_dir)
     with one_writer(out_dir, "export", param="OUT_DIR"):
-        if any(not is_lock_file(entry) for entry in out_dir.iterdir()):
-            raise InputError(
-                f"{out_dir} is not empty; export into a new directory (after a failed export, remove it first)",
-                param="OUT_DIR",
-            )
-        return _export(model_name, out_dir, quantize)
+        unfinished = out_dir / UNFINISHED
+        leftovers = [entry for entry in out_dir.iterdir() if not is_lock_file(entry)]
+        if leftovers and not unfinished.exists():
+            raise InputError(f"{out_dir} is not empty; export into a new directory", param="OUT_DIR")
+        for entry in leftovers:  # an export that was stopped part-way: start it again
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        unfinished.touch()
+        export = _export(model_name, out_dir, quantize)
+        unfinished.unlink()
+        return export
 
 
 def _export(model_name: str, out_dir: Path, quantize: Quantize | None) -> OnnxExport:

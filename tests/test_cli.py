@@ -254,3 +254,12 @@ def test_comma_separated_bench_options_parse_into_their_settings():
     assert settings.models == ("minilm", "./a") and settings.direct_batch_sizes == (32, 64)
     assert EncodeBench(mixed="8,64").mixed == (8, 64)
     assert EncodeBench().model_dump(mode="json")["configs"] == "tiny,full"  # what --help shows as the default
+
+
+def test_a_missing_local_data_directory_is_refused_before_any_hub_access(tmp_path):
+    result = runner.invoke(
+        app, ["build-data", "--out", str(tmp_path / "out"), "--local-data", "/nonexistent"]
+    )
+    assert result.exit_code == 2
+    assert "neoembed build-data: --local-data: no such directory: /nonexistent" in result.output
+    assert not (tmp_path / "out").exists()

@@ -250,3 +250,27 @@ def test_prompts_are_the_protocols_only(minilm_path):
     assert get_prompt_name(wrapper.model_prompts, classification, None) == "Classification"
     plain = load_model(resolve_model("minilm", EvalSettings()), EvalSettings())
     assert plain.model_prompts is None and plain.model.prompts == {}
+
+
+def test_an_unknown_task_is_one_line_without_mtebs_beta_warnings(tmp_path):
+    """Finding the closest names instantiates every mteb task, and mteb logs and warns about each of its 250
+    beta ones; the user sees only the answer."""
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable,
+        "-m",
+        "neoembed",
+        "mteb-eval",
+        "-m",
+        "minilm",
+        "-t",
+        "NoSuchTask",
+        "-o",
+        str(tmp_path),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith("neoembed mteb-eval: unknown task 'NoSuchTask' (closest: ")

@@ -101,3 +101,31 @@ def test_bad_settings_fail_before_serving_with_a_clear_message(args, message):
     assert result.exit_code == 2
     assert message in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_port_in_use_is_reported_before_serving_is_announced(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from neoembed.pretrain.neobert import NeoBERTModel, load_tokenizer, tiny_config
+
+    NeoBERTModel(tiny_config()).save_pretrained(tmp_path / "backbone")
+    load_tokenizer(max_length=128).save_pretrained(tmp_path / "backbone")
+    SentenceTransformer(str(tmp_path / "backbone"), device="cpu").save(str(tmp_path / "embedder"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [
+            NEOEMBED,
+            "serve",
+            "--model",
+            str(tmp_path / "embedder"),
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 2
+    assert f"neoembed serve: cannot listen on 127.0.0.1:{port}: Address already in use" in result.stderr
+    assert "serving" not in result.stderr + result.stdout

@@ -130,3 +130,18 @@ def test_serves_a_neobert_sentence_transformers_directory(neobert_dir):
     with torch.no_grad():
         expected = reference.encode(texts, normalize_embeddings=True)  # /v1/embeddings returns unit vectors
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_a_strict_server_answers_404_for_another_model_name(neobert_dir):
+    settings = ServeSettings(model=str(neobert_dir), served_model_name="tiny", strict_model_name=True)
+    with serve_in_thread(create_app(settings)) as base:
+        other = httpx.post(f"{base}/v1/embeddings", json={"input": "x", "model": "gpt-embed"})
+        ours = httpx.post(f"{base}/v1/embeddings", json={"input": "x", "model": "tiny"})
+    assert other.status_code == 404
+    assert other.json()["error"] | {"message": ""} == {
+        "message": "",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    assert "serves 'tiny'" in other.json()["error"]["message"] and ours.status_code == 200

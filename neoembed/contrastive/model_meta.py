@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,13 +22,10 @@ from neoembed.evaluation import META_FILE
 
 def mteb_tasks_by_dataset() -> dict[str, set[str]]:
     """mteb task names by the Hugging Face dataset path they read."""
-    from neoembed.mteb_setup import mteb
+    from neoembed.mteb_setup import all_tasks
 
-    with warnings.catch_warnings():  # instantiating every task warns about each beta one
-        warnings.simplefilter("ignore")
-        tasks = mteb.get_tasks(exclude_superseded=False, exclude_beta=False)
     by_dataset: dict[str, set[str]] = {}
-    for task in tasks:
+    for task in all_tasks():
         by_dataset.setdefault(task.metadata.dataset["path"], set()).add(task.metadata.name)
     return by_dataset
 

@@ -125,6 +125,13 @@ class BuildConfig(StrictSettings):
     def _zero_reads_all(cls, value):
         return None if value == 0 else value
 
+    @field_validator("local_data")
+    @classmethod
+    def _local_data_exists(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_dir():
+            raise ValueError(f"no such directory: {path}")
+        return path
+
     @field_validator("eval_texts")
     @classmethod
     def _files(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:

@@ -9,12 +9,11 @@ NeoBERT paper reports, still selectable by name).
 from __future__ import annotations
 
 import difflib
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
 
-from neoembed.mteb_setup import mteb
+from neoembed.mteb_setup import all_tasks, mteb
 
 from mteb import AbsTask
 from mteb.abstasks.aggregated_task import AbsTaskAggregate
@@ -45,10 +44,7 @@ def task_types() -> tuple[str, ...]:
 
 
 def _task_names() -> list[str]:
-    with warnings.catch_warnings():  # instantiating every task warns about each beta one
-        warnings.simplefilter("ignore")
-        registered = [t.metadata.name for t in mteb.get_tasks(exclude_superseded=False, exclude_beta=False)]
-    return [*LOCAL_TASKS, *registered]
+    return [*LOCAL_TASKS, *(t.metadata.name for t in all_tasks())]
 
 
 def get_task(name: str) -> AbsTask:

@@ -70,7 +70,7 @@ class InferenceProcess:
     def _receive(self) -> tuple[str, object]:
         try:
             return self._conn.recv()
-        except EOFError as err:
+        except (EOFError, OSError) as err:  # closed, or reset by the process's death
             raise BackendGone(self._exit_message()) from err
 
     def _exit_message(self) -> str:

@@ -1,0 +1,425 @@
+"""Faults a real user meets, each with the promise that holds it (docs/reliability.md lists them):
+
+- two writers of one output directory: the second stops at once, naming the first; the first is unharmed;
+- a writer killed with SIGKILL: no stale lock, and a re-run finishes to the result an uninterrupted run gives;
+- a damaged file (truncated weights, index, store or vectors; --out naming a file): one line naming it;
+- the server under a slow client, a killed inference process, and SIGTERM while a client stalls.
+
+Tests that run whole commands twice are marked slow (`pytest -m slow`); the rest run by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+from test_serve_cli import start, wait_healthy
+from typer.testing import CliRunner
+
+from neoembed.cli import app
+from neoembed.index import build_index, load_index
+from neoembed.pretrain.neobert import NeoBERTModel, load_tokenizer, tiny_config
+from neoembed.run_files import OutputLocked, one_writer
+from neoembed.serve import ServeSettings, create_app, serve_in_thread
+
+runner = CliRunner()
+KEY = {"Authorization": "Bearer from-env"}  # test_serve_cli.start serves with this API key
+NEOEMBED = [sys.executable, "-m", "neoembed"]
+WORDS = [
+    "ant",
+    "bee",
+    "cat",
+    "dog",
+    "elk",
+    "fox",
+    "gnu",
+    "hen",
+    "ibis",
+    "jay",
+    "kiwi",
+    "lark",
+    "mole",
+    "newt",
+    "owl",
+    "pig",
+    "quail",
+    "rat",
+    "seal",
+    "toad",
+]
+
+
+def write_corpus(path: Path, n: int) -> Path:
+    rng = np.random.default_rng(0)
+    with path.open("w") as f:
+        for i in range(n):
+            text = " ".join(rng.choice(WORDS, size=8)) + f" number {i}"
+            f.write(json.dumps({"id": f"doc-{i}", "text": text}) + "\n")
+    return path
+
+
+def one_line_error(result, verb: str, *fragments: str) -> str:
+    """The CLI's answer to bad input: exit 2 and, last, one line `neoembed VERB: ...` holding each fragment
+    (after what the command prints of its plan, if anything); never a traceback."""
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("neoembed ")]
+    assert "Traceback" not in result.output and errors == lines[-1:], result.output
+    assert errors[0].startswith(f"neoembed {verb}: "), errors[0]
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("faults") / "docs.jsonl", 300)
+
+
+@pytest.fixture(scope="module")
+def neobert_embedder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("neobert")
+    NeoBERTModel(tiny_config()).eval().save_pretrained(root / "backbone")
+    load_tokenizer(max_length=128).save_pretrained(root / "backbone")
+    SentenceTransformer(str(root / "backbone"), device="cpu").save(str(root / "embedder"))
+    return root / "embedder"
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, corpus):
+    out = tmp_path_factory.mktemp("index") / "index"
+    build_index([corpus], out, model="minilm", threads=2, tune_queries=50, dtype="float32")
+    return out
+
+
+# --- two writers -----------------------------------------------------------------------------------------
+
+
+def test_two_index_builds_into_one_directory_one_stops_at_once_and_the_index_is_right(tmp_path):
+    corpus = write_corpus(tmp_path / "docs.jsonl", 2500)  # the first build runs while the second starts
+    out = tmp_path / "index"
+    args = [
+        "index",
+        "build",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--dtype",
+        "float32",
+    ]
+    first = subprocess.Popen([*NEOEMBED, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while not (out / ".index.lock.holder").exists():
+        assert first.poll() is None, first.stdout.read()
+        time.sleep(0.05)
+    second = subprocess.run([*NEOEMBED, *args], capture_output=True, text=True)
+    assert second.returncode == 2, second.stderr
+    assert f"is being written by process {first.pid}" in second.stderr
+    assert "Traceback" not in second.stderr and len(second.stderr.strip().splitlines()) == 1
+    assert first.wait() == 0, first.stdout.read()
+    index = load_index(out)
+    assert (out / "vectors.f32").stat().st_size == 2500 * 384 * 4
+    assert [p.name for p in out.glob("*.faiss")] == [index.manifest.index_file]
+    text = json.loads(corpus.read_text().splitlines()[2250])["text"]  # past the rows a race once doubled
+    assert index.search(text, k=1)[0].id == "doc-2250"
+
+
+# The lock each command takes on its output directory, and a command line that reaches it.
+WRITERS = {
+    "build-data": ("build", lambda d, c: ["build-data", "--out", d, "--max-rows", "10"]),
+    "index build": ("index", lambda d, c: ["index", "build", "--corpus", c, "--out", d]),
+    "index add": ("index", lambda d, c: ["index", "add", d, "--corpus", c]),
+    "index rebuild": ("index", lambda d, c: ["index", "rebuild", d]),
+    "pretrain": ("run", lambda d, c: ["pretrain", "--recipe", "pretrain-cpu", "--train.output_dir", d]),
+    "contrastive": (
+        "run",
+        lambda d, c: [
+            "contrastive",
+            "--recipe",
+            "contrastive-cpu",
+            "--data.path",
+            c,
+            "--train.output_dir",
+            d,
+        ],
+    ),
+    "mteb-eval": (
+        "mteb-eval",
+        lambda d, c: ["mteb-eval", "-m", "bm25", "-t", "WordNetDefinitionRetrieval", "-o", d],
+    ),
+    "export onnx": ("export", lambda d, c: ["export", "onnx", "minilm", d]),
+}
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory):
+    """Another process holding every command's lock, each on its own directory; yields (pid, directories)."""
+    root = tmp_path_factory.mktemp("held")
+    dirs = {verb: root / verb.replace(" ", "-") for verb in WRITERS}
+    code = (
+        "import sys, time, contextlib; from pathlib import Path; from neoembed.run_files import one_writer\n"
+        "with contextlib.ExitStack() as stack:\n"
+        "    for arg in sys.argv[1:]:\n"
+        "        path, name = arg.split('=')\n"
+        "        stack.enter_context(one_writer(Path(path), name))\n"
+        "    print('held', flush=True); time.sleep(600)\n"
+    )
+    specs = [f"{dirs[verb]}={lock}" for verb, (lock, _) in WRITERS.items()]
+    holder = subprocess.Popen([sys.executable, "-c", code, *specs], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    yield holder.pid, dirs
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.parametrize("verb", list(WRITERS))
+def test_a_second_writer_of_any_command_is_refused_naming_the_first(held, verb, corpus):
+    pid, dirs = held
+    _, command = WRITERS[verb]
+    result = runner.invoke(app, command(str(dirs[verb]), str(corpus)))
+    one_line_error(result, verb, f"is being written by process {pid}")
+
+
+def test_a_killed_writer_leaves_no_lock_behind(tmp_path):
+    code = "import time; from pathlib import Path; from neoembed.run_files import one_writer\n"
+    code += f"with one_writer(Path({str(tmp_path)!r}), 'index'):\n    print('held', flush=True); time.sleep(600)\n"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(OutputLocked, match=f"process {holder.pid}"), one_writer(tmp_path, "index"):
+        pass
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    with one_writer(tmp_path, "index"):  # the kernel released the lock with the process
+        assert json.loads((tmp_path / ".index.lock.holder").read_text())["pid"] == os.getpid()
+
+
+# --- killed writers re-run to the uninterrupted result -------------------------------------------------
+
+
+def kill_when(command: list[str], ready, timeout: float = 300) -> None:
+    """Run `command`, SIGKILL it once `ready()` holds, and wait for it to be gone."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert process.poll() is None, "the command finished before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rows", [1, 600])  # killed right after embedding began, and half-way through
+def test_an_index_build_killed_at_any_point_reruns_to_the_same_index(tmp_path, rows):
+    corpus = write_corpus(tmp_path / "docs.jsonl", 1200)
+    args = ["index", "build", "--corpus", str(corpus), "--threads", "1", "--dtype", "float32"]
+    subprocess.run([*NEOEMBED, *args, "--out", str(tmp_path / "reference")], check=True, capture_output=True)
+    killed = tmp_path / "killed"
+    vectors = killed / "vectors.f32"
+    kill_when(
+        [*NEOEMBED, *args, "--out", str(killed)],
+        lambda: vectors.exists() and vectors.stat().st_size >= rows * 1536,
+    )
+    assert not (killed / "manifest.json").exists()
+    subprocess.run([*NEOEMBED, *args, "--out", str(killed)], check=True, capture_output=True)
+    assert vectors.read_bytes() == (tmp_path / "reference" / "vectors.f32").read_bytes()
+    reference, resumed = (
+        json.loads((d / "manifest.json").read_text()) for d in (tmp_path / "reference", killed)
+    )
+    for field in ("model_fingerprint", "ntotal", "factory", "dimension"):
+        assert resumed[field] == reference[field], field
+    assert resumed["files"]["vectors.f32"] == reference["files"]["vectors.f32"]
+
+
+@pytest.mark.slow
+def test_mteb_eval_killed_mid_run_reruns_to_the_same_results(tmp_path):
+    args = [
+        *NEOEMBED,
+        "mteb-eval",
+        "-m",
+        "minilm",
+        "-m",
+        "bm25",
+        "-t",
+        "WordNetDefinitionRetrieval,FOLDOCDefinitionRetrieval",
+    ]
+    subprocess.run([*args, "-o", str(tmp_path / "reference")], check=True, capture_output=True)
+    killed = tmp_path / "killed"
+    kill_when([*args, "-o", str(killed)], lambda: any(killed.rglob("WordNetDefinitionRetrieval.json")))
+    subprocess.run([*args, "-o", str(killed)], check=True, capture_output=True)
+    reference = (tmp_path / "reference" / "summary.csv").read_text()
+    assert (killed / "summary.csv").read_text() == reference
+
+
+@pytest.mark.slow
+def test_an_export_killed_mid_write_reruns_to_a_whole_export(tmp_path):
+    out = tmp_path / "export"
+    command = [*NEOEMBED, "export", "onnx", "minilm", str(out)]
+    kill_when(command, lambda: (out / "model.safetensors").exists())
+    assert (out / ".export-unfinished").exists()
+    subprocess.run(command, check=True, capture_output=True)
+    report = json.loads((out / "onnx" / "export.json").read_text())
+    assert (
+        report["files"]["model.onnx"]["worst_cosine"] > 0.9999 and not (out / ".export-unfinished").exists()
+    )
+    refused = runner.invoke(app, ["export", "onnx", "minilm", str(out)])  # a finished export is kept
+    one_line_error(refused, "export onnx", "is not empty")
+
+
+# --- damaged files --------------------------------------------------------------------------------------
+
+
+def truncate(path: Path, fraction: float = 0.5) -> None:
+    os.truncate(path, int(path.stat().st_size * fraction))
+
+
+def damaged_copy(index_dir: Path, tmp_path: Path, name: str) -> Path:
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    target = copy / (load_index(index_dir).manifest.index_file if name == "faiss" else name)
+    truncate(target)
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("damaged", "command"),
+    [
+        ("faiss", lambda d: ["search", "--index", d, "ant bee"]),
+        ("faiss", lambda d: ["index", "add", d, "--corpus", "CORPUS"]),
+        ("docs.sqlite", lambda d: ["search", "--index", d, "ant bee"]),
+        ("vectors.f32", lambda d: ["index", "export", d, "--out", f"{d}.parquet"]),
+        ("vectors.f32", lambda d: ["index", "rebuild", d]),
+    ],
+)
+def test_a_damaged_index_file_is_named_in_one_line(index_dir, tmp_path, corpus, damaged, command):
+    copy = damaged_copy(index_dir, tmp_path, damaged)
+    args = [str(corpus) if a == "CORPUS" else a for a in command(str(copy))]
+    verb = " ".join(a for a in args[:2] if not a.startswith("-")) if args[0] == "index" else args[0]
+    one_line_error(runner.invoke(app, args), verb, "is damaged")
+
+
+@pytest.fixture(scope="module")
+def truncated_minilm(tmp_path_factory, minilm_path):
+    copy = tmp_path_factory.mktemp("model") / "minilm"
+    shutil.copytree(minilm_path, copy)
+    truncate(copy / "model.safetensors")
+    return copy
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        lambda m, c, o: ["encode", "--model", m, "a text"],
+        lambda m, c, o: ["index", "build", "--model", m, "--corpus", c, "--out", o],
+        lambda m, c, o: ["serve", "--model", m],
+    ],
+    ids=["encode", "index build", "serve"],
+)
+def test_truncated_weights_are_named_in_one_line(truncated_minilm, corpus, tmp_path, command):
+    args = command(str(truncated_minilm), str(corpus), str(tmp_path / "out"))
+    verb = "index build" if args[0] == "index" else args[0]
+    one_line_error(runner.invoke(app, args), verb, "weights file is damaged or truncated")
+
+
+def test_an_output_that_is_a_file_is_named_in_one_line(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    one_line_error(runner.invoke(app, ["build-data", "--out", str(a_file)]), "build-data", "is a file")
+    one_line_error(runner.invoke(app, ["export", "onnx", "minilm", str(a_file)]), "export onnx", "is a file")
+
+
+# --- the server ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quick_limits(neobert_embedder):
+    settings = ServeSettings(
+        model=str(neobert_embedder), threads=1, dtype="float32", header_timeout=1.0, body_timeout=1.0
+    )
+    app_ = create_app(settings)
+    with serve_in_thread(app_) as url:
+        yield url, app_.state.server
+
+
+def raw_connection(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def test_an_idle_connection_is_closed_after_the_header_timeout(quick_limits):
+    url, _ = quick_limits
+    with raw_connection(url) as conn:
+        started = time.monotonic()
+        assert conn.recv(1024) == b""  # closed by the server, having sent nothing
+        assert 0.8 < time.monotonic() - started < 5
+
+
+def test_half_a_body_gets_408_after_the_body_timeout(quick_limits):
+    url, _ = quick_limits
+    with raw_connection(url) as conn:
+        head = "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        conn.sendall(head.encode() + b'{"input": "half')
+        started = time.monotonic()
+        answer = conn.recv(65536).decode()
+        assert answer.startswith("HTTP/1.1 408") and '"code":"request_timeout"' in answer
+        assert time.monotonic() - started < 5
+    assert httpx.post(f"{url}/embed", json={"inputs": "still serving"}).status_code == 200
+
+
+def test_a_killed_inference_process_is_restarted_and_serving_goes_on(quick_limits):
+    url, state = quick_limits
+    os.kill(state.backend.process._process.pid, signal.SIGKILL)
+    failed = httpx.post(f"{url}/embed", json={"inputs": "during the crash"}, timeout=120)
+    assert failed.status_code == 503 and failed.json()["error"]["code"] == "worker_restarted"
+    assert httpx.get(f"{url}/health").status_code == 200 and state.backend.restarts == 1
+    assert httpx.post(f"{url}/embed", json={"inputs": "after the restart"}).status_code == 200
+
+
+def worker_pid(server_pid: int) -> int:
+    """The server's inference process: its one child (started by whichever of its threads)."""
+    tasks = Path(f"/proc/{server_pid}/task").iterdir()
+    (child,) = [pid for task in tasks for pid in (task / "children").read_text().split()]
+    return int(child)
+
+
+def test_a_worker_that_keeps_dying_stops_the_server_with_status_1(neobert_embedder):
+    process, base = start("--model", str(neobert_embedder), "--max-worker-restarts", "1")
+    try:
+        wait_healthy(process, base)
+        for expected in ("worker_restarted", "unhealthy"):
+            os.kill(worker_pid(process.pid), signal.SIGKILL)
+            answer = httpx.post(f"{base}/embed", json={"inputs": "x"}, headers=KEY, timeout=120)
+            assert answer.status_code == 503 and answer.json()["error"]["code"] == expected
+        assert process.wait(timeout=60) == 1
+        assert "the server stopped: the inference process exited" in process.stdout.read()
+    finally:
+        process.kill()
+
+
+def test_sigterm_while_a_client_stalls_exits_within_the_limits(neobert_embedder):
+    process, base = start("--model", str(neobert_embedder), "--body-timeout", "2", "--shutdown-timeout", "5")
+    try:
+        wait_healthy(process, base)
+        with raw_connection(base) as stalled:
+            stalled.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+            time.sleep(0.2)
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            # uvicorn re-raises the signal once it has drained, so the exit status says "terminated by SIGTERM".
+            assert process.wait(timeout=30) in (0, -signal.SIGTERM)
+            assert time.monotonic() - started < 10
+    finally:
+        process.kill()
