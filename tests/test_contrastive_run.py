@@ -431,7 +431,6 @@ DDP_WORKER = """
 import json, sys
 import torch
 from neoembed.contrastive.settings import ContrastiveSettings
-from neoembed.contrastive import ContrastiveResult
 from neoembed.contrastive.train import run_contrastive
 from neoembed.training import release_process_group
 

@@ -116,3 +116,39 @@ def test_a_run_recorded_before_a_field_existed_resumes_only_with_that_field_at_i
         check_resume_compatible(_Recipe(train=_Train(max_steps=20)), tmp_path)
     with pytest.raises(RecipeError, match="train.schedule"):
         check_resume_compatible(_Recipe(train=_Train(schedule="wsd")), tmp_path)
+
+
+def test_a_resume_on_another_number_of_ranks_needs_elastic_and_keeps_the_global_batch(tmp_path, monkeypatch):
+    from neoembed.training import Launch, more_accumulation, plan_launch
+
+    def plan(world: int, *, elastic=False, zero=False, resize=more_accumulation):
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+        return plan_launch(
+            tmp_path, Launch(world, 8, 1), resuming=True, elastic=elastic, zero=zero, resize=resize
+        )
+
+    assert plan(2) == Launch(2, 8, 1)  # the first start records its launch
+    assert json.loads((tmp_path / "launch.json").read_text())["world_size"] == 2
+    with pytest.raises(RecipeError, match="trained on 2 ranks and this launch has 1; .* train.elastic true"):
+        plan(1)
+    with pytest.raises(RecipeError, match="ZeRO checkpoints, partitioned over 2 ranks"):
+        plan(1, elastic=True, zero=True)
+    with pytest.raises(RecipeError, match="global batch of 16 .* does not divide among 3 ranks"):
+        plan(3, elastic=True)
+    assert plan(1, elastic=True) == Launch(1, 8, 2)  # MLM: each rank accumulates the missing micro-batches
+    assert plan(1, elastic=True) == Launch(1, 8, 2)  # and the resized launch is what the run now records
+    event = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert (
+        event["event"] == "elastic_resume"
+        and event["from"]["world_size"] == 2
+        and event["to"]["grad_accum"] == 2
+    )
+
+
+def test_contrastive_keeps_its_negatives_with_larger_batches_in_gradcache_chunks():
+    from neoembed.training import Launch, larger_batches
+
+    assert larger_batches(Launch(4, 8, 1), 2) == Launch(2, 16, 1, mini_batch_size=8)
+    assert larger_batches(Launch(2, 32, 1, mini_batch_size=8), 1) == Launch(1, 64, 1, mini_batch_size=8)
+    with pytest.raises(RecipeError, match="global batch of 24 .* does not divide among 5 ranks"):
+        larger_batches(Launch(3, 8, 1), 5)

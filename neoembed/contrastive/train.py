@@ -44,15 +44,19 @@ from neoembed.contrastive.weight_ensemble import average_with_base
 from neoembed.recipes import RecipeError
 from neoembed.run_files import METRICS_FILE, append_jsonl
 from neoembed.training import (
+    Launch,
     MetricsLog,
     TimeBudget,
     compile_encoder,
     configure_process,
+    larger_batches,
     last_complete_checkpoint,
     open_run,
+    plan_launch,
     run_lock,
     train_or_restore,
     trainer_arguments,
+    world_size,
 )
 
 
@@ -138,6 +142,8 @@ def training_arguments(
 
 def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     """Load the records and the base model and set up the trainer, its loss and held-out evaluator."""
+    recipe, output_dir = settings, Path(settings.train.output_dir)
+    settings = on_this_launch(settings, output_dir)
     train = settings.train
     configure_process(train)  # threads, and the seed the initial weights depend on
     sources = load_training_sources(
@@ -164,8 +170,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     )
     teacher = load_teacher(settings, model, args.world_size) if settings.loss.distill else None
     # Recorded only once data and models loaded: a run that failed to start does not pin its recipe.
-    output_dir = Path(train.output_dir)
-    resume = open_run(settings, output_dir)
+    resume = open_run(recipe, output_dir)
     keys = {name: text_keys(d) for name, d in sources.items()}  # before the trainer's transforms
     distill = None
     if teacher is not None:
@@ -196,6 +201,24 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         callbacks=[MetricsLog(output_dir / METRICS_FILE)]
         + ([TimeBudget(train.max_minutes)] if train.max_minutes else []),
     )
+
+
+def on_this_launch(settings: ContrastiveSettings, output_dir: Path) -> ContrastiveSettings:
+    """The settings this launch trains with: the recipe's, or, when a run resumes on another number of ranks
+    (`train.elastic`), its recorded global batch spread over this launch's ranks (`training.larger_batches`)."""
+    train = settings.train
+    launch = plan_launch(
+        output_dir,
+        Launch(world_size(), train.batch_size, train.grad_accum, settings.loss.mini_batch_size),
+        resuming=last_complete_checkpoint(output_dir) is not None,
+        elastic=train.elastic,
+        zero=train.deepspeed is not None,
+        resize=larger_batches,
+    )
+    adapted = settings.model_copy(deep=True)
+    adapted.train.batch_size, adapted.train.grad_accum = launch.batch_size, launch.grad_accum
+    adapted.loss.mini_batch_size = launch.mini_batch_size
+    return adapted
 
 
 def matryoshka_dims(settings: ContrastiveSettings, dimension: int) -> list[int]:

@@ -9,7 +9,6 @@ logs, a JSONL metrics file, and a stop with a clear message when the loss stops 
 
 from __future__ import annotations
 
-import os
 import time
 from functools import partial
 from pathlib import Path
@@ -33,15 +32,20 @@ from neoembed.pretrain.teacher_embeddings import teacher_token_embeddings
 from neoembed.recipes import RecipeError
 from neoembed.run_files import METRICS_FILE
 from neoembed.training import (
+    Launch,
     MetricsLog,
     check_resume_compatible,
     compile_encoder,
     configure_process,
     last_complete_checkpoint,
+    more_accumulation,
     open_run,
+    plan_launch,
     run_lock,
+    save_final,
     train_or_restore,
     trainer_arguments,
+    world_size,
 )
 
 
@@ -177,7 +181,14 @@ def _pretrain(settings: PretrainSettings) -> Path:
         if not state.is_main_process:
             check_resume_compatible(settings, output_dir)
             resume_from = last_complete_checkpoint(output_dir)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    launch = plan_launch(
+        output_dir,
+        Launch(world_size(), data.batch_size, train.grad_accum),
+        resuming=resume_from is not None,
+        elastic=train.elastic,
+        zero=train.deepspeed is not None,
+        resize=more_accumulation,
+    )
     common = dict(
         max_length=data.max_length,
         packed=packed,
@@ -188,7 +199,7 @@ def _pretrain(settings: PretrainSettings) -> Path:
     )
     train_batches = MLMBatches(
         train_tokens,
-        num_items=train.max_steps * train.grad_accum * world_size,
+        num_items=train.max_steps * launch.grad_accum * launch.world_size,
         seed=train.seed,
         length_buckets=[(b.min_tokens, b.probability) for b in data.length_buckets],
         **common,
@@ -211,6 +222,7 @@ def _pretrain(settings: PretrainSettings) -> Path:
         settings.optim,
         per_device_train_batch_size=1,  # each dataset item already is a micro-batch
         per_device_eval_batch_size=1,
+        gradient_accumulation_steps=launch.grad_accum,
         train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
         gradient_checkpointing=settings.model.gradient_checkpointing,
         eval_strategy="steps" if eval_batches is not None else "no",
@@ -231,7 +243,7 @@ def _pretrain(settings: PretrainSettings) -> Path:
     train_or_restore(trainer, resume_from)
     model.config.sparse_prediction = False  # a training setting: users of the saved model get full logits
     final_dir = output_dir / "final"
-    trainer.save_model(str(final_dir))
+    save_final(trainer, str(final_dir))
     if trainer.is_world_process_zero():
         tokenizer.model_max_length = model.config.max_length
         tokenizer.save_pretrained(final_dir)

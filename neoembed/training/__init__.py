@@ -10,8 +10,9 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "settings": ["OptimSettings", "RunSettings", "TrainSettings", "TrainingPrecision"],
         "arguments": ["compile_encoder", "precision_arguments", "trainer_arguments"],
         "callbacks": ["MetricsLog", "TimeBudget", "TrainingDiverged"],
-        "checkpoints": ["last_complete_checkpoint", "train_or_restore"],
+        "checkpoints": ["last_complete_checkpoint", "save_final", "train_or_restore"],
         "run_dir": ["RESUMABLE_CHANGES", "check_resume_compatible", "open_run", "run_lock"],
         "process": ["configure_process", "release_process_group"],
+        "launch": ["Launch", "larger_batches", "more_accumulation", "plan_launch", "world_size"],
     },
 )

@@ -44,3 +44,14 @@ def train_or_restore(trainer, checkpoint: str | None) -> None:
             trainer.state = state
             return
     trainer.train(resume_from_checkpoint=checkpoint)
+
+
+def save_final(trainer, path: str) -> None:
+    """Save the model the run ended with. After training, through the Trainer, which gathers what DeepSpeed
+    partitioned; after a restore-only resume (`train_or_restore` of a finished run) DeepSpeed never wrapped
+    the model, so the Trainer's DeepSpeed path has no engine to ask, and the model saves itself."""
+    if trainer.is_deepspeed_enabled and trainer.model_wrapped is trainer.model:
+        if trainer.is_world_process_zero():
+            trainer.model.save_pretrained(path)
+    else:
+        trainer.save_model(path)

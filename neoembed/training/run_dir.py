@@ -25,6 +25,7 @@ RESUMABLE_CHANGES: dict[str, set[str] | None] = {
         "num_workers",
         "threads",
         "compile",
+        "elastic",
     },
     "eval": None,
     "export": None,  # applied after training

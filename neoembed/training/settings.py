@@ -66,6 +66,8 @@ class TrainSettings(RunSettings):
     """Checkpoint every N steps (a multiple of log_steps)."""
     keep_checkpoints: int = Field(default=2, gt=0)
     """Newest checkpoints kept."""
+    elastic: bool = False
+    """Let a resumed run go on with another number of ranks, keeping its global batch (launch.json)."""
 
     @model_validator(mode="after")
     def _saves_are_logged(self):
