@@ -74,6 +74,13 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def local_device() -> str:
+    """This process's device: under a launcher with several ranks per machine, the GPU of its local rank."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+
+
 def synchronize(device: str) -> None:
     """Wait for the work queued on `device` (CUDA runs asynchronously), so a timer reads finished work."""
     if device.startswith("cuda"):

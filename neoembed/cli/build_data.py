@@ -36,14 +36,18 @@ def build_data(
         loaded = load_manifests(settings.manifests, list(settings.sources) if settings.sources else None)
         typer.echo(f"{len(loaded)} manifest(s) valid: {', '.join(loaded)}")
         return
+    from neoembed.data import resolve_share
     from neoembed.evaluation import benchmark_texts
 
     benchmark = benchmark_texts(settings.eval_benchmark, settings.eval_benchmark_missing)
     result = build(settings, merge_only=merge_stats, benchmark=benchmark)
     out = settings.out
     if result is None:
-        shard = "/".join(map(str, settings.shard))
-        typer.echo(f"shard {shard} done; stats are written once every shard has finished ({out}/build.jsonl)")
+        share = resolve_share(settings.shard)
+        typer.echo(
+            f"shard {share.index}/{share.count} done; the stats are written once every shard has finished "
+            f"({out}/build.jsonl)"
+        )
         return
     typer.echo(
         f"wrote {result.rows_out} rows from {result.rows_read} read "

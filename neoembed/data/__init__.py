@@ -14,6 +14,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "normalize": ["KEY_VERSION", "clean", "text_key"],
         "records": ["RecordsError", "load_records"],
         "rescore": ["RescoreConfig"],
+        "shards": ["Share", "resolve_share", "share_from_environment"],
         "sources": ["open_source"],
         "stats": ["leakage_summary", "mining_summary"],
         "wordnet": ["Synset", "load_synsets", "sample_order", "split_of"],

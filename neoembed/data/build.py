@@ -38,6 +38,7 @@ from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
 from neoembed.data.prepare import FORMAT_VERSION, TRUNCATED_FIELDS, prepare_source, staging_paths
 from neoembed.data.relations import Keys
+from neoembed.data.shards import Share, check_share_count, resolve_share
 from neoembed.data.stats import mining_summary, render_markdown, size_warnings
 from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
@@ -108,8 +109,9 @@ class BuildConfig(StrictSettings):
     """STS pairs kept: 'intended' (score >= 4 of 5) or 'release' (every pair, as the code release trained)."""
     rows_per_shard: int = Field(100_000, ge=1)
     """Rows per output part."""
-    shard: Shard = (0, 1)
-    """Build only units i, i+N, ... (i/N) on this machine."""
+    shard: Shard | None = None
+    """Build only units i, i+N, ... (i/N) here (default: the share torchrun, a SLURM array or a Kubernetes
+    Indexed Job gives this process, else the whole build)."""
     mine: bool = True
     """Mine negatives for sources without them."""
     mining: MiningConfig = MiningConfig()
@@ -142,8 +144,8 @@ class BuildConfig(StrictSettings):
 
     @field_validator("shard")
     @classmethod
-    def _shard_in_range(cls, shard: tuple[int, int]) -> tuple[int, int]:
-        if not 0 <= shard[0] < shard[1]:
+    def _shard_in_range(cls, shard: tuple[int, int] | None) -> tuple[int, int] | None:
+        if shard is not None and not 0 <= shard[0] < shard[1]:
             raise ValueError(f"expected i/N with 0 <= i < N, got {shard[0]}/{shard[1]}")
         return shard
 
@@ -367,15 +369,27 @@ class Build:
         write_text(self.out / "stats.md", render_markdown(stats))
         return stats
 
-    def run(self, merge_only: bool = False) -> dict | None:
+    def run(self, share: Share, merge_only: bool = False) -> dict | None:
+        """Build this share's units and, once every unit of the build is done, the stats (None before that).
+        Ranks of one launch wait for each other: the first stages the sources before the others read them,
+        and merges the stats after all have built their units."""
+        ranks = _RankBarrier() if share.ranks else None
+        if ranks and share.index != 0:
+            ranks.wait()  # the first rank stages the sources
         staged = self.prepare()
+        if ranks and share.index == 0:
+            ranks.wait()
         units = self.units(staged)
-        index, count = self.config.shard
         if not merge_only:
-            for unit in tqdm(units[index::count], desc=f"parts (shard {index}/{count})", unit="part"):
+            mine = units[share.index :: share.count]
+            for unit in tqdm(mine, desc=f"parts (shard {share.index}/{share.count})", unit="part"):
                 self.build_unit(unit)
+        if ranks:
+            ranks.wait()  # every rank's units are written
+            if share.index != 0:
+                return None
         stats = self.merge_stats(staged, units)
-        self.log("done" if stats else "shard_done", shard=f"{index}/{count}", units=len(units))
+        self.log("done" if stats else "shard_done", shard=f"{share.index}/{share.count}", units=len(units))
         return stats
 
 
@@ -494,12 +508,26 @@ def build(
 ) -> BuildResult | None:
     """Run a build (or this shard's part of one); returns the result once the whole build is complete.
     `benchmark` holds the texts of `config.eval_benchmark`'s tasks (`neoembed.evaluation.benchmark_texts`)."""
-    index, count = config.shard
-    lock = (
-        "build" if count == 1 else f"build-shard-{index}-of-{count}"
-    )  # shards of one build run side by side
     if config.out is None:
         raise InputError("an output directory is needed to build (--out)", param="--out")
+    share = resolve_share(config.shard)
+    # Shares of one build run side by side, each under a lock of its own.
+    lock = "build" if share.count == 1 else f"build-shard-{share.index}-of-{share.count}"
     with one_writer(config.out, lock, param="--out"):
-        stats = Build(config, benchmark).run(merge_only=merge_only)
+        check_share_count(config.out, share)
+        stats = Build(config, benchmark).run(share, merge_only=merge_only)
     return None if stats is None else BuildResult.of(config.out, stats)
+
+
+class _RankBarrier:
+    """The ranks of one torchrun launch waiting for each other (gloo: any device)."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
+        self._dist = dist
+
+    def wait(self) -> None:
+        self._dist.barrier()

@@ -78,11 +78,12 @@ class MiningStats:
 class Miner:
     def __init__(self, config: MiningConfig):
         from neoembed.embedder import load_embedder
-
-        self.config = config
+        from neoembed.precision import local_device
         from neoembed.probe import to_inference_dtype
 
-        self.model, _ = to_inference_dtype(load_embedder(config.teacher), config.dtype)
+        self.config = config
+        # Each rank of a launch encodes on its own device.
+        self.model, _ = to_inference_dtype(load_embedder(config.teacher, device=local_device()), config.dtype)
         self.rescorer = load_rescorer(config.rescore, config.chunk_rows)
 
     def encode(self, texts: list[str], path: Path) -> np.ndarray:
