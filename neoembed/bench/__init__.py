@@ -5,7 +5,17 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
-    submodules=["backends", "build_data", "contrastive", "encode", "index", "mteb", "pretrain", "serve"],
+    submodules=[
+        "backends",
+        "build_data",
+        "contrastive",
+        "encode",
+        "index",
+        "mteb",
+        "pretrain",
+        "scale",
+        "serve",
+    ],
     submod_attrs={
         "report": ["Report", "Table", "WrittenReport", "write_report"],
         "settings": [
@@ -15,6 +25,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "IndexBench",
             "MtebBench",
             "PretrainBench",
+            "ScaleBench",
             "ServeBench",
         ],
     },

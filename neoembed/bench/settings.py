@@ -247,3 +247,20 @@ class ContrastiveBench(BenchSettings):
         if malformed:
             raise ValueError(f"{malformed[0]!r}: expected KEY=VALUE")
         return items
+
+
+class ScaleBench(BenchSettings):
+    jobs: comma_separated(tuple[Literal["build-data", "pretrain", "contrastive"], ...]) = (
+        "build-data",
+        "pretrain",
+        "contrastive",
+    )
+    """Jobs timed on 1 rank and on `ranks` ranks (torchrun, gloo, one thread each)."""
+    ranks: int = Field(2, ge=2)
+    """Ranks of the parallel run (each takes one thread: give at most as many as the machine has cores)."""
+    texts: int = Field(2048, ge=64)
+    """build-data: WordNet glosses the mining teacher encodes, split among the ranks."""
+    steps: int = Field(30, ge=5)
+    """pretrain and contrastive: optimizer steps per run (the first few are left out of the rates)."""
+    out: Path = Path("runs/bench/scale")
+    """Output directory (scale.json, scale.md, the runs)."""

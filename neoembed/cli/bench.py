@@ -14,6 +14,7 @@ from neoembed.bench import (
     IndexBench,
     MtebBench,
     PretrainBench,
+    ScaleBench,
     ServeBench,
     WrittenReport,
 )
@@ -100,3 +101,13 @@ def contrastive(settings: ContrastiveBench) -> None:
     from neoembed.bench import contrastive as bench_contrastive
 
     _echo_report(bench_contrastive.run(settings))
+
+
+@app.command("scale")
+@options_from(ScaleBench)
+def scale(settings: ScaleBench) -> None:
+    """1 rank vs N ranks (torchrun, gloo): build-data's teacher encoding, pretrain and contrastive throughput
+    per rank, and what the extra ranks cost."""
+    from neoembed.bench import scale as bench_scale
+
+    _echo_report(bench_scale.run(settings))
