@@ -486,3 +486,42 @@ def test_export_base_weight_averages_the_fine_tuned_weights_with_the_base(tmp_pa
         last["base_weight"] == 0.25
         and round(last["eval_foldoc_cosine_ndcg@10"], 4) == (summary.eval_after["foldoc"]["ndcg@10"])
     )
+
+
+def test_base_pull_keeps_the_weights_nearer_their_start_and_is_logged(tmp_path, build, minilm_path):
+    """loss.base_pull (L2-SP): the same seeded run with a strong pull ends nearer the base weights, and its
+    log carries the pull beside the InfoNCE term, their sum being the loss."""
+    base_dir = tiny_encoder_dir(tmp_path, minilm_path)
+    base = load_file(next(base_dir.rglob("model.safetensors")))
+
+    def distance(run: Path) -> float:
+        tuned = weights(run)
+        return sum(
+            float(((v - base[n.removeprefix("0.auto_model.")]) ** 2).sum())
+            for n, v in tuned.items()
+            if n.removeprefix("0.auto_model.") in base
+        )
+
+    run_contrastive(
+        ContrastiveSettings.model_validate(recipe(build, base_dir, tmp_path / "free", max_steps=12))
+    )
+    pulled = recipe(build, base_dir, tmp_path / "pulled", max_steps=12)
+    pulled["loss"] = {"base_pull": 10.0}
+    run_contrastive(ContrastiveSettings.model_validate(pulled))
+    assert distance(tmp_path / "pulled") < 0.5 * distance(tmp_path / "free")
+    logged = [json.loads(line) for line in (tmp_path / "pulled" / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in logged if "loss" in line]
+    assert steps and steps[-1]["base_pull"] > 0
+    assert all(line["infonce"] + line["base_pull"] == pytest.approx(line["loss"], rel=1e-3) for line in steps)
+
+
+def test_distilling_from_base_uses_the_model_being_fine_tuned_as_teacher(tmp_path, build, minilm_path):
+    """loss.distill.teacher `base`: the teacher cache is the base model's own embeddings, and the card says so."""
+    base_dir = tiny_encoder_dir(tmp_path, minilm_path)
+    plan = recipe(build, base_dir, tmp_path / "run", max_steps=2)
+    plan["loss"] = {"distill": {"teacher": "base", "batch_size": 32}}
+    run_contrastive(ContrastiveSettings.model_validate(plan))
+    manifest = json.loads((tmp_path / "run" / "teacher" / "manifest.json").read_text())
+    assert manifest["teacher"] == str(base_dir) and manifest["dimension"] == 32
+    card = (tmp_path / "run" / "neobert-embed" / "README.md").read_text()
+    assert "the base model before training" in card

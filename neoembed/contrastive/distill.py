@@ -215,11 +215,20 @@ class EmbeddingDistillation(nn.Module):
         return {"target": "embedding", **self.compare.get_config_dict(), "weight": self.weight}
 
 
+BASE_TEACHER = "base"  # loss.distill.teacher: the model being fine-tuned, before training
+
+
+def teacher_name(settings: ContrastiveSettings) -> str:
+    """The model the recipe distils from: `loss.distill.teacher`, where `base` names `model.base`."""
+    teacher = settings.loss.distill.teacher
+    return settings.model.base if teacher == BASE_TEACHER else teacher
+
+
 def load_teacher(settings: ContrastiveSettings, student, world_size: int):
     """The recipe's teacher (on the CPU until it embeds), refused where the recipe cannot distil from it."""
     distill = settings.loss.distill
     try:
-        teacher = load_embedder(distill.teacher, device="cpu", max_seq_length=distill.max_length)
+        teacher = load_embedder(teacher_name(settings), device="cpu", max_seq_length=distill.max_length)
     except EmbedderError as err:
         raise EmbedderError(f"loss.distill.teacher: {err.message}", param="loss.distill.teacher") from err
     dims = student.get_embedding_dimension(), teacher.get_embedding_dimension()
@@ -245,7 +254,7 @@ def distillation_term(
     with args.main_process_first(local=args.save_on_each_node, desc="teacher outputs"):
         targets = cache_teacher_outputs(
             teacher,
-            distill.teacher,
+            teacher_name(settings),
             texts,
             Path(settings.train.output_dir) / CACHE_DIR,
             batch_size=distill.batch_size,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from neoembed.contrastive.distill import BASE_TEACHER, teacher_name
 from neoembed.contrastive.result import relative_change
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.data import leakage_summary
@@ -97,7 +98,10 @@ def distillation(settings: ContrastiveSettings, dimension: int) -> str | None:
     distill = settings.loss.distill
     if distill is None:
         return None
-    teacher = MINILM_ALIASES[-1] if distill.teacher in MINILM_ALIASES else distill.teacher
+    teacher = teacher_name(settings)
+    teacher = MINILM_ALIASES[-1] if teacher in MINILM_ALIASES else teacher
+    if distill.teacher == BASE_TEACHER:
+        teacher += ", the base model before training"
     if distill.target == "scores":
         temperature = distill.temperature or settings.loss.temperature
         target = (

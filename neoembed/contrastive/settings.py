@@ -50,7 +50,9 @@ class DistillSettings(StrictSettings):
     the distillation term. The teacher embeds every distinct training text once, into <train.output_dir>/teacher
     (resumed after a kill); its texts are the records' raw texts, without the student's prompts."""
 
-    teacher: str = "minilm"  # any sentence-transformers model: a directory, a hub id, or minilm
+    # any sentence-transformers model: a directory, a hub id, or minilm; `base`: the model being fine-tuned as
+    # it was before training, which keeps its geometry (a regulariser against forgetting, with target scores)
+    teacher: str = "minilm"
     # scores: KL between the teacher's and the student's softmax over each query's in-batch candidates (the
     # InfoNCE candidates, duplicates masked alike); embedding: the student's embedding against the teacher's
     # (through a learned linear projection, not exported, where the dimensions differ)
@@ -67,6 +69,9 @@ class LossSettings(StrictSettings):
     temperature: float = Field(default=0.07, gt=0.0)
     infonce_weight: float = Field(default=1.0, ge=0.0)  # 0 with distill: distillation alone
     distill: DistillSettings | None = None  # None: InfoNCE alone
+    # L2 pull toward the starting weights (L2-SP, Li et al. 2018), a regulariser against forgetting: adds
+    # base_pull x the sum over trained weights of (weight - its value before training)^2. 0: off.
+    base_pull: float = Field(default=0.0, ge=0.0)
     symmetric: bool = False  # add the document-to-query term
     gather: bool = True  # score against the embeddings of every rank
     mini_batch_size: int | None = Field(default=None, gt=0)  # GradCache chunk size; None: no caching

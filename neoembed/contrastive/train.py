@@ -69,6 +69,13 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
         super().__init__(*args, **kwargs)
         self.settings = settings
         self.text_keys = text_keys  # source -> (rows, texts) keys of its texts, for the sampler
+        # loss.base_pull's anchor: the trained weights as they start, i.e. the base model's (the trainer is
+        # built from the base, and a resumed run loads its checkpoint only later).
+        self.start_weights = (
+            {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+            if settings.loss.base_pull
+            else {}
+        )
         # The model card's dataset statistics and examples (filled by the library's card callback): the texts
         # the model saw, not the key columns the loss reads.
         card_data = self.model.model_card_data
@@ -88,9 +95,19 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
         self.infonce.pop_components()  # only this call's terms
         result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         components = self.infonce.pop_components()
+        if self.start_weights:
+            pull = self.settings.loss.base_pull * self.distance_from_start()
+            loss = result[0] if return_outputs else result
+            components = {**(components or {"infonce": loss.detach()}), "base_pull": pull.detach()}
+            result = (result[0] + pull, *result[1:]) if return_outputs else result + pull
         if components:
             self.track_loss_components(components)
         return result
+
+    def distance_from_start(self) -> torch.Tensor:
+        """The squared L2 distance of the trained weights from where they started (loss.base_pull)."""
+        named = dict(self.model.named_parameters())
+        return sum(((named[n] - start) ** 2).sum() for n, start in self.start_weights.items())
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         super()._save(output_dir, state_dict)
