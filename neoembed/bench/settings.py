@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from neoembed.recipes import StrictSettings, comma_separated
 
@@ -227,8 +227,15 @@ class ContrastiveBench(BenchSettings):
     """neoembed's recipe: a packaged name or a YAML file."""
     overrides: tuple[str, ...] = ()
     """KEY=VALUE override of the neoembed recipe (e.g. optim.lr=5e-5); repeatable."""
-    minutes: float = Field(10.0, ge=0.01)
-    """CPU training budget per model (minutes of steps)."""
+    steps: int | None = Field(None, ge=1)
+    """Optimizer steps per run, the same for every model (default: the recipe's train.max_steps)."""
+    minutes: float | None = Field(None, ge=0.01)
+    """A time budget per run instead of steps (a faster precision then gets more steps, which mixes two
+    effects)."""
+    seeds: int = Field(3, ge=1)
+    """Runs per model and precision, seeds 0..N-1: a result is their mean, with its spread."""
+    precisions: comma_separated(tuple[Literal["fp32", "bf16"], ...]) = ()
+    """train.precision of the runs (default: fp32, and bf16 where the CPU has bf16 units)."""
     threads: int = Field(1, ge=1)
     """torch CPU threads, for every model (1 on a shared machine)."""
     model: str = "minilm"
@@ -247,6 +254,18 @@ class ContrastiveBench(BenchSettings):
         if malformed:
             raise ValueError(f"{malformed[0]!r}: expected KEY=VALUE")
         return items
+
+    @model_validator(mode="after")
+    def _one_budget(self):
+        if self.steps is not None and self.minutes is not None:
+            raise ValueError("give --steps or --minutes, not both")
+        return self
+
+    def run_precisions(self) -> tuple[str, ...]:
+        """--precisions, or fp32 and (where the CPU has bf16 units) bf16."""
+        from neoembed.precision import cpu_bf16_units
+
+        return self.precisions or (("fp32", "bf16") if cpu_bf16_units() else ("fp32",))
 
 
 class ScaleBench(BenchSettings):

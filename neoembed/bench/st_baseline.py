@@ -1,19 +1,32 @@
 """The plain sentence-transformers baseline of `neoembed bench contrastive`: the library's trainer and
 MultipleNegativesRankingLoss on a build's (query, positive) pairs, as a user of the library would write it.
 
-Only the learning rate (5e-5), batch size (64) and warmup (10% of the schedule) are set; everything else is the
-library's default (3 epochs, linear decay, seed 42, its batch sampler, the model's own max length). The mined
+Only the learning rate (5e-5), batch size (64) and warmup (10% of the schedule) are set, besides the bench's
+budget (steps or minutes), seed and precision; everything else is the library's default (linear decay, its batch
+sampler, the model's own max length). The mined
 negatives of the records are left out: plain in-batch negatives. The bench's time budget and metrics file are
 callbacks, which do not change what a step does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 LEARNING_RATE = 5e-5
 BATCH_SIZE = 64
 WARMUP = 0.1  # transformers 5 reads a warmup_steps below 1 as a fraction of the schedule
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one training run of the bench gets, the same for the recipe and the baseline: a number of steps or
+    minutes of them (not both), a seed, and a `train.precision`."""
+
+    steps: int | None
+    minutes: float | None
+    seed: int
+    precision: str
 
 
 def pairs(data: Path):
@@ -27,16 +40,16 @@ def pairs(data: Path):
     )
 
 
-def train(base: str, data: Path, out: Path, minutes: float, export: Path) -> dict:
-    """Train `base` on the build in `data` for `minutes` of training steps (checkpoints and metrics.jsonl in
-    `out`) and save the model to `export`. Returns the steps taken, the trainer's runtime in minutes, and
-    `export`."""
+def train(base: str, data: Path, out: Path, export: Path, budget: Budget) -> dict:
+    """Train `base` on the build in `data` within `budget` (its steps or minutes, seed and precision;
+    checkpoints and metrics.jsonl in `out`) and save the model to `export`. Returns the steps taken, the
+    trainer's runtime in minutes, and `export`."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     from neoembed.embedder import load_embedder
     from neoembed.run_files import METRICS_FILE
-    from neoembed.training import MetricsLog, TimeBudget
+    from neoembed.training import MetricsLog, TimeBudget, precision_arguments
 
     model = load_embedder(base)
     model.model_card_data.local_files_only = True  # the saved model card: no Hub look-ups (offline here)
@@ -45,13 +58,16 @@ def train(base: str, data: Path, out: Path, minutes: float, export: Path) -> dic
         learning_rate=LEARNING_RATE,
         per_device_train_batch_size=BATCH_SIZE,
         warmup_steps=WARMUP,
+        seed=budget.seed,
+        max_steps=budget.steps or -1,  # -1: the library's epochs
+        **precision_arguments(budget.precision),
     )
     trainer = SentenceTransformerTrainer(
         model=model,
         args=args,
         train_dataset=pairs(data),
         loss=MultipleNegativesRankingLoss(model),
-        callbacks=[TimeBudget(minutes), MetricsLog(out / METRICS_FILE)],
+        callbacks=[MetricsLog(out / METRICS_FILE)] + ([TimeBudget(budget.minutes)] if budget.minutes else []),
     )
     result = trainer.train()
     model.save(str(export))

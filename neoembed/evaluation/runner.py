@@ -200,23 +200,25 @@ def compare_cached(
     """Paired differences of every model against the first one, per summary row and for the average."""
     if len(specs) < 2:
         return []
-
-    def inputs(spec: ModelSpec) -> dict[str, RowInput]:
-        by_row = {}
-        for row in summary.rows:
-            parts = [example_scores(t, predictions_file(cache, spec, t)) for t in row.parts]
-            complete = all(p is not None for p in parts)
-            by_row[row.name] = RowInput(summary.scores[spec.label].get(row.name), parts if complete else None)
-        return by_row
-
     baseline, *others = specs
-    theirs = inputs(baseline)
+    theirs = row_inputs(baseline, summary, cache)
     differences = []
     for spec in others:
-        ours = inputs(spec)
+        ours = row_inputs(spec, summary, cache)
         pairs = {name: (ours[name], theirs[name]) for name in ours}
         differences += compare_pair(spec.label, baseline.label, pairs, n_resamples)
     return differences
+
+
+def row_inputs(spec: ModelSpec, summary: Summary, cache: ResultCache) -> dict[str, RowInput]:
+    """What the significance test needs of `spec` per summary row: its main score, and its per-example scores
+    from the saved predictions (None where a part has none)."""
+    by_row = {}
+    for row in summary.rows:
+        parts = [example_scores(t, predictions_file(cache, spec, t)) for t in row.parts]
+        complete = all(p is not None for p in parts)
+        by_row[row.name] = RowInput(summary.scores[spec.label].get(row.name), parts if complete else None)
+    return by_row
 
 
 def predictions_file(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> Path:

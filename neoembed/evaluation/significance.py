@@ -225,6 +225,23 @@ def _sizes(parts: Sequence[Sequence[ExampleScores]]) -> list[int]:
     return [unit.n for part in parts for unit in part]
 
 
+def mean_of(inputs: Sequence[RowInput]) -> RowInput:
+    """Several runs of one recipe (seeds) as one model: the mean of their main scores, and on any resample of
+    the examples the mean of their resampled scores, so that a paired test of two recipes compares their
+    seed-averaged scores query by query. Per-example scores only where every run has them, on the same
+    examples."""
+    scores = [i.score for i in inputs]
+    score = None if any(s is None for s in scores) else float(np.mean(scores))
+    runs = [i.parts for i in inputs]
+    if any(parts is None for parts in runs) or len({tuple(_sizes(parts)) for parts in runs}) != 1:
+        return RowInput(score, None)
+    return RowInput(score, [[_averaged(units) for units in zip(*part)] for part in zip(*runs)])
+
+
+def _averaged(units: Sequence[ExampleScores]) -> ExampleScores:
+    return ExampleScores(units[0].n, lambda indices: np.mean([u.score(indices) for u in units], axis=0))
+
+
 def compare_pair(
     model: str,
     baseline: str,
