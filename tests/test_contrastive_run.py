@@ -525,3 +525,70 @@ def test_distilling_from_base_uses_the_model_being_fine_tuned_as_teacher(tmp_pat
     assert manifest["teacher"] == str(base_dir) and manifest["dimension"] == 32
     card = (tmp_path / "run" / "neobert-embed" / "README.md").read_text()
     assert "the base model before training" in card
+
+
+def auto_recipe(build: Path, base: Path, out: Path, general: list) -> dict:
+    plan = recipe(build, base, out, max_steps=2)
+    plan["export"] = {
+        "base_weight": "auto",
+        "base_weights": [0.0, 0.5, 1.0],
+        "selection": {"in_domain": 8, "general": general},
+    }
+    return plan
+
+
+def test_auto_base_weight_is_chosen_on_the_selection_split_and_recorded(tmp_path, build, minilm_path):
+    """export.base_weight auto: each candidate scored on in-domain rows held out of training and on general
+    text, the best kept and exported, the curve in summary.json, metrics.jsonl and the card."""
+    general = write_build(tmp_path / "general", {"gamma": records("gamma", 24)})
+    base_dir = tiny_encoder_dir(tmp_path, minilm_path)
+    run = tmp_path / "run"
+    plan = auto_recipe(build, base_dir, run, [{"kind": "records", "path": str(general), "source": "gamma"}])
+    summary = run_contrastive(ContrastiveSettings.model_validate(plan))
+
+    curve = summary.selection
+    assert [point["base_weight"] for point in curve] == [0.0, 0.5, 1.0]
+    for point in curve:
+        assert point["score"] == pytest.approx((point["in_domain"] + point["general"]) / 2)
+        assert point["in_domain"] == pytest.approx((point["ndcg@10 alpha"] + point["ndcg@10 beta"]) / 2)
+        assert point["general"] == pytest.approx(point["ndcg@10 gamma"])
+    best = max(curve, key=lambda p: (round(p["score"], 6), -p["base_weight"]))
+    assert summary.base_weight == best["base_weight"]
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["selection"]["base_weight"] for line in logged if "selection" in line] == [0.0, 0.5, 1.0]
+    card = (run / "neobert-embed" / "README.md").read_text()
+    assert "chosen on a selection split (in-domain and general" in card and "(kept)" in card
+    # the 8 selection rows of each source (and rows sharing their texts) left training
+    recorded = json.loads((run / "summary.json").read_text())
+    assert recorded["selection"] == curve
+    assert "- alpha: 40 rows" in card and "- beta: 16 rows" in card
+
+
+@pytest.mark.parametrize(
+    "general, message",
+    [
+        ([{"kind": "records", "path": "BUILD", "source": "alpha"}], "texts are also training texts"),
+        (["foldoc"], "texts are also evaluation texts"),
+    ],
+)
+def test_a_selection_set_overlapping_training_or_evaluation_data_is_refused_with_the_count(
+    tmp_path, build, minilm_path, general, message
+):
+    from neoembed.recipes import RecipeError
+
+    general = [dict(g, path=str(build)) if isinstance(g, dict) else g for g in general]
+    plan = auto_recipe(build, tiny_encoder_dir(tmp_path, minilm_path), tmp_path / "run", general)
+    with pytest.raises(RecipeError, match=message) as refused:
+        run_contrastive(ContrastiveSettings.model_validate(plan))
+    assert "export.selection.general" in str(refused.value)
+    assert not (tmp_path / "run" / "neobert-embed").exists()
+
+
+@pytest.mark.parametrize(
+    "export", [{"base_weight": 1.5}, {"base_weight": -0.1}, {"base_weights": [0.2, 1.2]}]
+)
+def test_an_interpolation_weight_outside_0_1_is_a_settings_error(tmp_path, export):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="export.base_weight"):
+        ContrastiveSettings.model_validate({"data": {"path": str(tmp_path)}, "export": export})

@@ -345,12 +345,10 @@ class SeedAverages:
     and paired differences of seed-averaged per-query scores (`significance.mean_of`)."""
 
     def __init__(self, mteb_dir: Path, summary, specs: dict, base_name: str, base_row: str) -> None:
-        from mteb import ResultCache
+        from neoembed.evaluation import saved_row_inputs
 
-        from neoembed.evaluation.runner import row_inputs
-
-        cache = ResultCache(mteb_dir)
-        self.inputs = {label: row_inputs(spec, summary, cache) for label, spec in specs.items()}
+        saved = saved_row_inputs(list(specs.values()), summary, mteb_dir)
+        self.inputs = {label: saved[spec.label] for label, spec in specs.items()}
         self.base_name, self.base_row = base_name, base_row
 
     def labels(self, members: list[Arm], method: str) -> list[str]:
@@ -379,7 +377,7 @@ class SeedAverages:
         return compared[-1] if compared else None
 
     def _compare(self, members: list[Arm], method: str, other: str | None):
-        from neoembed.evaluation.significance import compare_pair, mean_of
+        from neoembed.evaluation import compare_pair, mean_of
 
         ours = [self.inputs[label] for label in self.labels(members, method)]
         theirs = (

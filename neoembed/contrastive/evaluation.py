@@ -16,7 +16,7 @@ from sentence_transformers.sentence_transformer.evaluation import (
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.settings import EvalSettings, HeldOutSet, PromptSettings
-from neoembed.data import foldoc_retrieval
+from neoembed.data import foldoc_retrieval, manpages_retrieval
 from neoembed.evaluation import wordnet_example_retrieval
 
 RECALL_AT = [1, 10, 100]
@@ -51,13 +51,15 @@ def retrieval_set(spec: HeldOutSet) -> tuple[dict, dict, dict]:
         return wordnet_example_retrieval(**sizes)
     if spec.kind == "foldoc":
         return foldoc_retrieval(**sizes)
+    if spec.kind == "manpages":
+        return manpages_retrieval(**sizes)
     return records_retrieval(spec.path, spec.source, **sizes)
 
 
 def prompt_source(spec: HeldOutSet) -> str | None:
     """The source whose prompts a set's texts get: the WordNet build's source is `wordnet`; FOLDOC is no
     training source, so it gets the default pair (the export's `query` / `document` prompts)."""
-    return {"wordnet": "wordnet", "foldoc": None}.get(spec.kind, spec.source)
+    return {"wordnet": "wordnet", "foldoc": None, "manpages": "manpages"}.get(spec.kind, spec.source)
 
 
 def metric_prefix(spec: HeldOutSet, dim: int | None = None) -> str:
@@ -73,29 +75,43 @@ def build_evaluator(
         return None
     evaluators = []
     for spec in settings.sets:
-        queries, corpus, relevant = retrieval_set(spec)
-        query_prompt, corpus_prompt = prompts.resolve(source_prompts or {}, prompt_source(spec))
+        found, source = retrieval_set(spec), prompt_source(spec)
         for dim in [None, *dims]:
+            name = metric_prefix(spec, dim)
             evaluators.append(
-                InformationRetrievalEvaluator(
-                    queries,
-                    corpus,
-                    relevant,
-                    name=metric_prefix(spec, dim),
-                    ndcg_at_k=[10],
-                    precision_recall_at_k=RECALL_AT,
-                    accuracy_at_k=[1, 10],
-                    mrr_at_k=[10],
-                    map_at_k=[100],
-                    batch_size=settings.batch_size,
-                    show_progress_bar=False,
-                    query_prompt=query_prompt or None,
-                    corpus_prompt=corpus_prompt or None,
-                    truncate_dim=dim,
-                )
+                retrieval_evaluator(name, found, source_prompts, source, settings.batch_size, dim)
             )
     # The first set at full dimension decides (the run's evaluation score); the others report.
     return SequentialEvaluator(evaluators, main_score_function=lambda scores: scores[0])
+
+
+def retrieval_evaluator(
+    name: str,
+    retrieval: tuple[dict, dict, dict],
+    source_prompts: Mapping[str, PromptSettings] | None,
+    source: str | None,
+    batch_size: int,
+    dim: int | None = None,
+) -> InformationRetrievalEvaluator:
+    """One (queries, corpus, relevant) set as an evaluator named `name`, with the prompts of `source`."""
+    queries, corpus, relevant = retrieval
+    query_prompt, corpus_prompt = prompts.resolve(source_prompts or {}, source)
+    return InformationRetrievalEvaluator(
+        queries,
+        corpus,
+        relevant,
+        name=name,
+        ndcg_at_k=[10],
+        precision_recall_at_k=RECALL_AT,
+        accuracy_at_k=[1, 10],
+        mrr_at_k=[10],
+        map_at_k=[100],
+        batch_size=batch_size,
+        show_progress_bar=False,
+        query_prompt=query_prompt or None,
+        corpus_prompt=corpus_prompt or None,
+        truncate_dim=dim,
+    )
 
 
 def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None) -> dict[str, str]:
@@ -109,6 +125,7 @@ def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None)
         "foldoc": "a computing term -> its FOLDOC definition: a source no training build reads (every build "
         "drops these texts), so a drop here says fine-tuning fit its training data rather than improving the "
         "model",
+        "manpages": "a manual page's NAME summary -> its description (Debian's manpages and manpages-dev)",
     }
     out = {}
     for spec in settings.sets:

@@ -39,7 +39,9 @@ class TrainingFacts:
     max_length: int  # the fine-tuning truncation
     max_seq_length: int  # the input limit the export declares (export.max_seq_length)
     lora: dict | None  # the adapter settings, merged into the exported weights
-    base_weight: float  # export.base_weight: the base model's share of the exported weights
+    base_weight: (
+        float  # the base model's share of the exported weights (export.base_weight, or auto's choice)
+    )
     matryoshka_dims: list[int]
     data_path: str
     rows: dict[str, int]  # source -> rows trained on
@@ -50,6 +52,7 @@ class TrainingFacts:
     recipe: dict
     infonce_weight: float = 1.0
     distillation: str | None = None  # e.g. "from **teacher** (weight 1.0): what it matched"
+    selection: list[dict] | None = None  # export.base_weight auto: each candidate's selection scores
     leakage: str | None = None  # the build's leakage guard: what it kept out of training
 
 
@@ -77,7 +80,7 @@ def training_facts(
         max_length=model.max_seq_length,
         max_seq_length=model.max_seq_length,
         lora=settings.model.lora.model_dump() if settings.model.lora else None,
-        base_weight=settings.export.base_weight,
+        base_weight=0.0 if settings.export.base_weight == "auto" else settings.export.base_weight,
         matryoshka_dims=dims,
         data_path=str(settings.data.path),
         rows={name: len(d) for name, d in sources.items()},
@@ -90,6 +93,22 @@ def training_facts(
         infonce_weight=settings.loss.infonce_weight,
         distillation=distillation(settings, dimension),
         leakage=leakage_summary(settings.data.path),
+    )
+
+
+def selection_text(curve: list[dict] | None, chosen: float) -> str:
+    """How `export.base_weight: auto` chose: each candidate's nDCG@10 on the selection split."""
+    if not curve:
+        return ""
+    points = ", ".join(
+        f"{point['base_weight']:g}: {point['score']:.4f}"
+        + (" (kept)" if point["base_weight"] == chosen else "")
+        for point in curve
+    )
+    groups = " and ".join(g.replace("_", "-") for g in ("in_domain", "general") if g in curve[0])
+    return (
+        f"\nThe base model's share was chosen on a selection split ({groups} retrieval sets, held out of "
+        f"training and of every evaluation set), mean nDCG@10 by share: {points}."
     )
 
 
@@ -172,7 +191,7 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         "these exported weights."
         if facts.base_weight
         else ""
-    )
+    ) + selection_text(facts.selection, facts.base_weight)
     matryoshka = (
         f"\nTrained as Matryoshka embeddings at {', '.join(map(str, facts.matryoshka_dims))} dimensions: the "
         "full embedding is the default; for a shorter one keep its first d values, e.g. "

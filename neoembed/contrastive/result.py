@@ -23,6 +23,10 @@ class ContrastiveResult:
     eval_before: SetScores | None  # None: nothing scored before training (no held-out sets)
     eval_after: SetScores
     export: str | None = None  # the exported directory (None on ranks other than the first)
+    base_weight: float = 0.0  # the base model's share of the exported weights (export.base_weight, or auto's)
+    selection: list[dict] | None = (
+        None  # export.base_weight auto: each candidate's scores on the selection split
+    )
 
     def write(self, path: Path) -> None:
         write_json(path, asdict(self))

@@ -124,16 +124,19 @@ class HeldOutSet(StrictSettings):
     """A held-out retrieval set scored before, during and after training (nDCG@10, recall@k). A bare name,
     `wordnet` or `foldoc`, stands for `{kind: name}`."""
 
-    kind: Literal["wordnet", "foldoc", "records"]
+    kind: Literal["wordnet", "foldoc", "records", "manpages"]
     """wordnet: held-out example sentence -> definition; foldoc: FOLDOC computing term -> definition, a source
-    no training build reads; records: a held-out build's query -> positive."""
+    no training build reads; records: a held-out build's query -> positive; manpages: a manual page's summary
+    -> its description (a training source too: score it only where the run does not train on it)."""
     path: str | None = None  # records: a build-data output holding held-out records
     source: str | None = None  # records: which source of it
     name: str | None = None  # in metric names and reports; None: the kind (records: the source)
     queries: int | None = Field(
         default=None, gt=0
-    )  # None: the set's own size (wordnet 500, foldoc 300, records 500)
-    corpus: int | None = Field(default=None, gt=0)  # None: wordnet 2,000, foldoc 1,500, records 2,000
+    )  # None: the set's own size (wordnet 500, foldoc 300, records 500, manpages 500)
+    corpus: int | None = Field(
+        default=None, gt=0
+    )  # None: wordnet 2,000, foldoc 1,500, records 2,000, manpages all
 
     @model_validator(mode="before")
     @classmethod
@@ -199,6 +202,25 @@ class EvalSettings(StrictSettings):
         return self
 
 
+class SelectionSettings(StrictSettings):
+    """The selection split that `export.base_weight: auto` chooses on: in-domain pairs held out of training,
+    and general text from sources the run neither trains on nor is evaluated on. Their nDCG@10 count half each:
+    the weight kept is the one that gains in-domain without losing elsewhere."""
+
+    in_domain: int = Field(default=500, ge=0)
+    """Rows of each training source held out of training for selection (a fixed pseudo-random choice by text
+    key; rows sharing a text with them leave training too). 0: general text alone."""
+    general: list[HeldOutSet] = Field(default_factory=lambda: [HeldOutSet(kind="manpages")])
+    """Retrieval sets of general text, e.g. [manpages] or [{kind: records, path: P, source: S}]; one that shares a
+    text with the training data or an evaluation set is refused."""
+
+    @model_validator(mode="after")
+    def _something_to_select_on(self):
+        if not self.in_domain and not self.general:
+            raise ValueError("in_domain 0 and no general sets leave nothing to select on")
+        return self
+
+
 class ExportSettings(StrictSettings):
     path: str | None = None  # None: <train.output_dir>/neobert-embed
     # The input limit the export declares (its max_seq_length: where `encode` truncates, the longest input
@@ -207,7 +229,10 @@ class ExportSettings(StrictSettings):
     max_seq_length: Literal["train", "positions"] | Annotated[int, Field(gt=1)] = "train"
     # Weight-space ensembling (WiSE-FT): the exported weights are (1 - base_weight) x fine-tuned + base_weight x
     # the base model's. Keeps most of the gain on the training data and the base's strength on other text.
-    base_weight: float = Field(default=0.0, ge=0.0, lt=1.0)
+    # auto: the candidate of `base_weights` scoring best on the `selection` split, recorded in the run and card.
+    base_weight: Annotated[float, Field(ge=0.0, le=1.0)] | Literal["auto"] = 0.0
+    base_weights: list[Annotated[float, Field(ge=0.0, le=1.0)]] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    selection: SelectionSettings = Field(default_factory=SelectionSettings)
 
 
 class ContrastiveSettings(StrictSettings):

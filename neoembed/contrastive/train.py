@@ -39,8 +39,9 @@ from neoembed.contrastive.model import build_model
 from neoembed.contrastive.model_card import training_facts
 from neoembed.contrastive.result import ContrastiveResult
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
+from neoembed.contrastive.selection import SelectionSplit, choose_base_weight, selection_split
 from neoembed.contrastive.settings import ContrastiveSettings
-from neoembed.contrastive.weight_ensemble import average_with_base
+from neoembed.contrastive.weight_ensemble import WeightMix
 from neoembed.recipes import RecipeError
 from neoembed.run_files import METRICS_FILE, append_jsonl
 from neoembed.training import (
@@ -65,10 +66,18 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
 
     data_collator_class = TextKeyCollator
 
-    def __init__(self, *args, settings: ContrastiveSettings, text_keys: dict, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        settings: ContrastiveSettings,
+        text_keys: dict,
+        selection: SelectionSplit | None,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.settings = settings
         self.text_keys = text_keys  # source -> (rows, texts) keys of its texts, for the sampler
+        self.selection = selection  # export.base_weight auto's selection split
         # loss.base_pull's anchor: the trained weights as they start, i.e. the base model's (the trainer is
         # built from the base, and a resumed run loads its checkpoint only later).
         self.start_weights = (
@@ -167,6 +176,9 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         settings.data.path, settings.data.sources, settings.data.max_negatives, settings.data.max_rows
     )
     prompts.check_sources(settings.data.prompts, sources)
+    selection = None
+    if settings.export.base_weight == "auto":  # its in-domain rows leave training
+        sources, selection = selection_split(settings, sources)
     model = build_model(
         settings.model.base,
         settings.model.pooling,
@@ -215,6 +227,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
         evaluator=evaluator,
         settings=settings,
         text_keys=keys,
+        selection=selection,
         callbacks=[MetricsLog(output_dir / METRICS_FILE)]
         + ([TimeBudget(train.max_minutes)] if train.max_minutes else []),
     )
@@ -267,10 +280,16 @@ def evaluate(trainer: ContrastiveTrainer, note: dict | None = None) -> dict:
     if made and not note:
         return made[-1]
     metrics = trainer.evaluator(trainer.model)
-    if trainer.is_world_process_zero():
-        path = Path(trainer.args.output_dir) / METRICS_FILE
-        append_jsonl(path, {"step": step, **(note or {}), **{f"eval_{k}": v for k, v in metrics.items()}})
+    log_line(trainer, {**(note or {}), **{f"eval_{k}": v for k, v in metrics.items()}})
     return metrics
+
+
+def log_line(trainer: ContrastiveTrainer, line: dict) -> None:
+    """A line of this step in metrics.jsonl, as the trainer logs (by the first process only)."""
+    if trainer.is_world_process_zero():
+        append_jsonl(
+            Path(trainer.args.output_dir) / METRICS_FILE, {"step": trainer.state.global_step, **line}
+        )
 
 
 def recorded_before(settings: ContrastiveSettings) -> dict:
@@ -309,25 +328,36 @@ def _fine_tune(settings: ContrastiveSettings) -> ContrastiveResult:
             evaluate(trainer) if resume is None else recorded_before(settings), settings.eval, dims
         )
     train_or_restore(trainer, resume)
-    note = None
-    if settings.export.base_weight:  # before the last evaluation, so it scores the weights exported
+    note, base_weight, choice = None, settings.export.base_weight, None
+    if base_weight:  # before the last evaluation, so it scores the weights exported
         base = settings.model
-        average_with_base(
-            model,
-            settings.export.base_weight,
-            base.base,
-            base.pooling,
-            base.max_length,
-            base.trust_remote_code,
-        )
-        note = {"base_weight": settings.export.base_weight}
+        mix = WeightMix(model, base.base, base.pooling, base.max_length, base.trust_remote_code)
+        if base_weight == "auto":
+            choice = choose_base_weight(
+                mix,
+                trainer.selection,
+                settings.export.base_weights,
+                settings.data.prompts,
+                settings.eval.batch_size,
+                log=lambda point: log_line(trainer, {"selection": point}),
+            )
+            base_weight = choice.base_weight
+        mix.apply(base_weight)
+        note = {"base_weight": base_weight}
     if trainer.evaluator is not None:
         after = set_scores(evaluate(trainer, note), settings.eval, dims)
-    result = ContrastiveResult(trainer.state.global_step, before or None, after or {})
+    result = ContrastiveResult(
+        trainer.state.global_step,
+        before or None,
+        after or {},
+        base_weight=base_weight,
+        selection=choice.curve if choice else None,
+    )
     if trainer.is_world_process_zero():
         export_path = Path(settings.export.path or output_dir / "neobert-embed")
         heldout = describe_sets(settings.eval, trainer.evaluator)
         facts = training_facts(settings, model, sources, result.steps, before, after, heldout)
+        facts.base_weight, facts.selection = result.base_weight, result.selection
         named = prompts.named_prompts(settings.data.prompts, sources)
         facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
             model, settings.export.max_seq_length

@@ -17,22 +17,30 @@ from neoembed.contrastive.model import build_model
 from neoembed.errors import RunError
 
 
-def average_with_base(
-    model, base_weight: float, base: str, pooling: str, max_length: int, trust_remote_code: bool
-):
-    """Set `model`'s weights to (1 - base_weight) x its own + base_weight x those of the base it was trained
-    from (reloaded from `base` as `build_model` loads it). LoRA adapters are merged into the weights first."""
-    if has_adapters(model):
-        merge_adapters(model)
-    reference = build_model(base, pooling, max_length, trust_remote_code).state_dict()
-    state = model.state_dict()
-    mismatched = [k for k, v in state.items() if k not in reference or reference[k].shape != v.shape]
-    if mismatched:
-        raise RunError(
-            f"export.base_weight: the fine-tuned model and its base {base!r} differ in {mismatched[:3]}; "
-            "their weights cannot be averaged"
-        )
-    with torch.no_grad():
-        for name, tensor in state.items():
-            if tensor.is_floating_point():
-                tensor.lerp_(reference[name].to(tensor.device, tensor.dtype), base_weight)
+class WeightMix:
+    """The fine-tuned weights of `model` and those of the base it was trained from (reloaded from `base` as
+    `build_model` loads it), set on `model` mixed at any base weight: (1 - w) x fine-tuned + w x base. LoRA
+    adapters are merged into the weights first."""
+
+    def __init__(self, model, base: str, pooling: str, max_length: int, trust_remote_code: bool) -> None:
+        if has_adapters(model):
+            merge_adapters(model)
+        self.model = model
+        self.reference = build_model(base, pooling, max_length, trust_remote_code).state_dict()
+        state = model.state_dict()
+        mismatched = [
+            k for k, v in state.items() if k not in self.reference or self.reference[k].shape != v.shape
+        ]
+        if mismatched:
+            raise RunError(
+                f"export.base_weight: the fine-tuned model and its base {base!r} differ in {mismatched[:3]}; "
+                "their weights cannot be averaged"
+            )
+        self.tuned = {k: v.detach().clone() for k, v in state.items() if v.is_floating_point()}
+
+    def apply(self, base_weight: float) -> None:
+        with torch.no_grad():
+            for name, tensor in self.model.state_dict().items():
+                if name in self.tuned:
+                    reference = self.reference[name].to(tensor.device, tensor.dtype)
+                    tensor.copy_(self.tuned[name].lerp(reference, base_weight))

@@ -10,6 +10,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "foldoc": ["HELDOUT_CORPUS", "HELDOUT_QUERIES", "foldoc_retrieval"],
         "leakage": ["GuardedTexts"],
         "manifest": ["load_manifests"],
+        "manpages": ["manpages_retrieval"],
         "mining": ["MiningConfig", "SEARCH_CHUNK", "exact_searcher"],
         "normalize": ["KEY_VERSION", "clean", "text_key"],
         "records": ["RecordsError", "load_records"],

@@ -31,17 +31,19 @@ def package_dir(
     has_data: Callable[[Path], bool],
     env_var: str,
     cache_name: str,
+    system: bool = True,
 ) -> Path:
-    """The directory holding `package`'s files (`/<subdir>` in the package): $`env_var`, the system copy, or
-    the cache, filled from the Debian mirror when nothing else has the data."""
+    """The directory holding `package`'s files (`/<subdir>` in the package): $`env_var`, the system copy
+    (unless `system` is False: a directory such as /usr/share/man that mixes every installed package's files),
+    or the cache, filled from the Debian mirror when nothing else has the data."""
     override = os.environ.get(env_var)
     if override:
         if not has_data(Path(override)):
             raise PackageDataError(f"{env_var}={override} does not hold {package}'s files")
         return Path(override)
-    system = SYSTEM_ROOT / subdir
-    if has_data(system):
-        return system
+    installed = SYSTEM_ROOT / subdir
+    if system and has_data(installed):
+        return installed
     cache = cache_root() / cache_name
     if not has_data(cache):
         install_into(package, subdir, cache, has_data, env_var)

@@ -109,12 +109,14 @@ class Options(_Strict):
 
 
 StsRule = Literal["intended", "release"]
+PACKAGE_KINDS = ("wordnet", "manpages")  # sources read from Debian packages, not from a dataset hub
 
 
 class Manifest(_Strict):
     name: str
     description: str
-    kind: Literal["rows", "retrieval", "wordnet"] = "rows"
+    # rows, retrieval: a hub dataset; wordnet, manpages: Debian packages read by neoembed (`PACKAGE_KINDS`)
+    kind: Literal["rows", "retrieval", "wordnet", "manpages"] = "rows"
     dataset: str | None = None
     config: str | None = None
     split: str = "train"
@@ -137,7 +139,7 @@ class Manifest(_Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Manifest:
-        if self.kind != "wordnet" and not self.dataset:
+        if self.kind not in PACKAGE_KINDS and not self.dataset:
             raise ValueError(f"kind {self.kind!r} needs a dataset id")
         if (self.kind == "retrieval") != (self.retrieval is not None):
             raise ValueError("a 'retrieval' section is required for kind retrieval and only there")

@@ -26,6 +26,8 @@ def open_source(manifest: Manifest, local_root: Path | None = None):
         local = None
     if manifest.kind == "wordnet":
         return _wordnet(manifest, local)
+    if manifest.kind == "manpages":
+        return _manpages()
     if manifest.kind == "retrieval":
         return _retrieval(manifest, local)
     return _load(manifest, Subset(config=manifest.config, split=manifest.split), local)
@@ -156,6 +158,23 @@ def _retrieval(manifest: Manifest, local: Path | None):
             rows["text"].append(f"{title} {text}" if spec.title_in_positive and title else text)
             rows["score"].append(float(s))
     return Dataset.from_dict(rows)
+
+
+def _manpages():
+    """One row per manual page of Debian's manpages and manpages-dev: its NAME summary -> the opening of its
+    DESCRIPTION (`data.manpages`); `page` names it ("open(2)")."""
+    from datasets import Dataset
+
+    from neoembed.data.manpages import load_pages
+
+    pages = load_pages()
+    return Dataset.from_dict(
+        {
+            "query": [p.summary for p in pages],
+            "positive": [p.description for p in pages],
+            "page": [p.name for p in pages],
+        }
+    )
 
 
 def _wordnet(manifest: Manifest, local: Path | None):

@@ -221,6 +221,14 @@ def row_inputs(spec: ModelSpec, summary: Summary, cache: ResultCache) -> dict[st
     return by_row
 
 
+def saved_row_inputs(
+    specs: Sequence[ModelSpec], summary: Summary, out_dir: Path
+) -> dict[str, dict[str, RowInput]]:
+    """`row_inputs` of each model (by label) from an evaluation's output directory."""
+    cache = ResultCache(out_dir)
+    return {spec.label: row_inputs(spec, summary, cache) for spec in specs}
+
+
 def predictions_file(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> Path:
     return predictions_dir(cache, spec, task.metadata.name) / task.prediction_file_name
 

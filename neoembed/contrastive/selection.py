@@ -1,0 +1,144 @@
+"""`export.base_weight: auto`: the base model's share of the exported weights (WiSE-FT), chosen on data.
+
+Fine-tuning on one kind of text gains on it and can lose elsewhere, and the share of the base that undoes the
+loss depends on the build (docs/contrastive.md). So each run scores a few mixing weights on a selection split
+and keeps the best. The split mixes two kinds of retrieval set, counted half each:
+- in-domain: `export.selection.in_domain` rows of each training source, held out of training (the rows with
+  the smallest query keys: a fixed pseudo-random choice; rows sharing any text with them leave training too);
+- general: sets of text the run neither trains on nor is evaluated on (`export.selection.general`, Debian's
+  manual pages by default), so that the weight kept is one that does not forget.
+A general set sharing a text with the training data or with an evaluation set is refused, with the count:
+choosing on evaluation data would report a tuned score as a held-out one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from datasets import Dataset
+
+from neoembed.contrastive.data import text_keys
+from neoembed.contrastive.evaluation import prompt_source, retrieval_evaluator, retrieval_set
+from neoembed.contrastive.settings import ContrastiveSettings, HeldOutSet
+from neoembed.contrastive.weight_ensemble import WeightMix
+from neoembed.data import text_key
+from neoembed.recipes import RecipeError
+
+Retrieval = tuple[dict, dict, dict]  # queries, corpus, relevant
+# Evaluation sets whose texts a selection set may never share, besides the run's own eval.sets: the held-out
+# sets every neoembed evaluation (quickstart, bench, mteb-eval's local tasks) scores.
+ALWAYS_EVALUATED = (HeldOutSet(kind="wordnet"), HeldOutSet(kind="foldoc"))
+
+
+@dataclass
+class SelectionSplit:
+    in_domain: dict[str, Retrieval] = field(default_factory=dict)  # training source -> its held-out rows
+    general: dict[str, Retrieval] = field(default_factory=dict)  # set label -> its texts
+    general_prompts: dict[str, str | None] = field(default_factory=dict)  # set label -> whose prompts it gets
+    held_out_rows: dict[str, int] = field(
+        default_factory=dict
+    )  # training source -> rows it lost to selection
+
+
+@dataclass(frozen=True)
+class Choice:
+    base_weight: float
+    curve: list[dict]  # per candidate: base_weight, score, in_domain, general, each set's nDCG@10
+
+
+def hold_out_in_domain(sources: dict[str, Dataset], rows: int) -> tuple[dict[str, Dataset], SelectionSplit]:
+    """`rows` rows of each source as a retrieval set (query -> positive among the chosen positives), and the
+    sources without every row that shares a text with them."""
+    split, kept = SelectionSplit(), {}
+    for name, dataset in sources.items():
+        keys = text_keys(dataset)  # (rows, texts): query, positive, negatives
+        chosen = np.argsort(keys[:, 0], kind="stable")[: min(rows, len(dataset) // 2)]
+        touching = np.isin(keys, keys[chosen, :2]).any(axis=1)
+        kept[name] = dataset.select(np.flatnonzero(~touching))
+        split.held_out_rows[name] = int(touching.sum())
+        picked = dataset.select(chosen)
+        corpus = {f"d{i}": text for i, text in enumerate(dict.fromkeys(picked["positive"]))}
+        ids = {text: i for i, text in corpus.items()}
+        queries = {f"q{i}": query for i, query in enumerate(picked["query"])}
+        relevant = {f"q{i}": {ids[positive]} for i, positive in enumerate(picked["positive"])}
+        split.in_domain[name] = (queries, corpus, relevant)
+    return kept, split
+
+
+def _texts(retrieval: Retrieval) -> list[str]:
+    queries, corpus, _ = retrieval
+    return [*queries.values(), *corpus.values()]
+
+
+def _shared(texts: list[str], keys: set[int]) -> int:
+    return sum(text_key(text) in keys for text in texts)
+
+
+def selection_split(settings: ContrastiveSettings, sources: dict[str, Dataset]):
+    """The training sources less the in-domain selection rows, and the whole selection split, checked."""
+    selection = settings.export.selection
+    sources, split = (
+        hold_out_in_domain(sources, selection.in_domain)
+        if selection.in_domain
+        else (sources, SelectionSplit())
+    )
+    training = set(np.concatenate([text_keys(d).ravel() for d in sources.values()]).tolist())
+    evaluated = set()
+    for spec in [*settings.eval.sets, *ALWAYS_EVALUATED]:
+        evaluated.update(text_key(text) for text in _texts(retrieval_set(spec)))
+    for spec in selection.general:
+        texts = _texts(found := retrieval_set(spec))
+        for what, keys in (("training texts", training), ("evaluation texts", evaluated)):
+            if shared := _shared(texts, keys):
+                raise RecipeError(
+                    f"export.selection.general {spec.label}: {shared} of its {len(texts)} texts are also "
+                    f"{what}; select on text the run neither trains on nor is evaluated on",
+                    param="export.selection.general",
+                )
+        split.general[spec.label], split.general_prompts[spec.label] = found, prompt_source(spec)
+    for name, found in split.in_domain.items():
+        if shared := _shared(_texts(found), evaluated):
+            raise RecipeError(
+                f"export.selection.in_domain: {shared} texts of source {name}'s selection rows are evaluation "
+                "texts; rebuild the data with the leakage guard",
+                param="export.selection.in_domain",
+            )
+    return sources, split
+
+
+def choose_base_weight(
+    mix: WeightMix,
+    split: SelectionSplit,
+    candidates: list[float],
+    source_prompts: Mapping,
+    batch_size: int,
+    log: Callable[[dict], None],
+) -> Choice:
+    """Score each candidate base weight on the split (nDCG@10; in-domain and general sets half each) and keep
+    the best, the smallest weight among equals; `log` gets each candidate's line. The model is left at the
+    weights of the last candidate scored: apply the choice."""
+    sets = [(name, found, name) for name, found in split.in_domain.items()]
+    sets += [(label, found, split.general_prompts[label]) for label, found in split.general.items()]
+    evaluators = {
+        name: retrieval_evaluator(f"select_{name}", found, source_prompts, source, batch_size)
+        for name, found, source in sets
+    }
+    curve = []
+    for weight in sorted(set(candidates)):
+        mix.apply(weight)
+        scores = {
+            name: float(e(mix.model)[f"select_{name}_cosine_ndcg@10"]) for name, e in evaluators.items()
+        }
+        groups = {
+            "in_domain": [scores[name] for name in split.in_domain],
+            "general": [scores[label] for label in split.general],
+        }
+        means = {group: float(np.mean(values)) for group, values in groups.items() if values}
+        point = {"base_weight": weight, "score": float(np.mean(list(means.values()))), **means}
+        point |= {f"ndcg@10 {name}": score for name, score in scores.items()}
+        curve.append(point)
+        log(point)
+    best = max(curve, key=lambda point: (round(point["score"], 6), -point["base_weight"]))
+    return Choice(best["base_weight"], curve)
