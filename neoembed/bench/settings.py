@@ -264,3 +264,18 @@ class ScaleBench(BenchSettings):
     """pretrain and contrastive: optimizer steps per run (the first few are left out of the rates)."""
     out: Path = Path("runs/bench/scale")
     """Output directory (scale.json, scale.md, the runs)."""
+
+
+class GpuBench(BenchSettings):
+    out: Path = Path("runs/bench/gpu")
+    """One folder for every stage's results (a stage that passed there before is kept, not rerun)."""
+    dry_run: bool = False
+    """The same stages at tiny sizes on the CPU (checks the runner and the JSON where there is no GPU)."""
+    stages: comma_separated(tuple[str, ...]) = ()
+    """Only these stages (default: all; names as in gpu.md)."""
+    stage_timeout_s: float = Field(540.0, gt=0)
+    """Seconds a stage may run before its processes are killed."""
+    budget_s: float = Field(3600.0, gt=0)
+    """Seconds for the whole run; a stage is not started with less than 30 s of it left."""
+    wordnet_build: Path | None = None
+    """A `build-data` output of the WordNet source, for the contrastive stage (skipped without one)."""

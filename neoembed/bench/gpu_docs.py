@@ -1,0 +1,222 @@
+"""docs/benchmarks/gpu.md, written from a `neoembed bench gpu` folder: the runbook, each target of issue 30
+beside the figure measured for it (met, missed, or not measured), every stage's status and the environment.
+
+Only the JSON is read, so the page can be rebuilt from the committed results (docs/benchmarks/gpu/) at any
+time; `notes.md` in that folder (the defects a run found, in words) is copied under the tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from neoembed.bench.gpu import STAGE_FILE
+from neoembed.bench.report import markdown_table
+from neoembed.run_files import write_text
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    goal: str
+    measured: str
+    met: bool | None  # None: not measured (or not measurable from what the run recorded)
+
+    @property
+    def word(self) -> str:
+        return {True: "met", False: "missed", None: "not measured"}[self.met]
+
+
+class Results:
+    """A `bench gpu` folder, read-only."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.environment = self._json("environment.json") or {}
+        self.sizes = self.environment.get("sizes", {})
+
+    def _json(self, relative: str) -> dict | None:
+        path = self.root / relative
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def stage(self, name: str) -> dict | None:
+        return self._json(f"{name}/{STAGE_FILE}")
+
+    def report(self, stage: str, name: str) -> dict | None:
+        return self._json(f"{stage}/{name}.json")
+
+    def stages(self) -> list[dict]:
+        """Every stage of the last run, in the order it ran them."""
+        return (self._json("gpu.json") or {}).get("stages", [])
+
+
+def _row(report: dict | None, case: str) -> dict | None:
+    rows = (report or {}).get("rows", [])
+    return next((row for row in rows if str(row.get("case", "")).startswith(case)), None)
+
+
+def mfu_text(mfu: float) -> tuple[str, bool]:
+    """MFU as a percentage, and whether it is a possible figure: above 100% the peak or the FLOP count is
+    wrong, so it is flagged as a measurement error rather than shown as a result."""
+    if mfu > 1.0:
+        return f"{mfu:.1%} (measurement error: above 100%)", False
+    return f"{mfu:.1%}", True
+
+
+def training_mfu(results: Results) -> Verdict:
+    goal = "MFU >= 25% (aim 45%)"
+    length = results.sizes.get("pretrain_length", 1024)
+    target = f"MLM training, packed {length}-token rows, {results.sizes.get('precision', 'bf16')}"
+    figures = (results.stage("pretrain") or {}).get("figures") or {}
+    if figures.get("mfu") is None:
+        return Verdict(target, goal, "no MFU recorded", None)
+    text, possible = mfu_text(figures["mfu"])
+    measured = f"{text}, {figures['tokens_per_s']:,.0f} real tokens/s"
+    return Verdict(target, goal, measured, figures["mfu"] >= 0.25 if possible else None)
+
+
+def mixed_speedup(results: Results) -> Verdict:
+    goal = "unpadded >= 2x padded real tokens/s, outputs equal within bf16 tolerance"
+    row = _row(results.report("encode-mixed", "encode"), "mixed")
+    target = f"mixed-length batch ({results.sizes.get('mixed', '64,4096').replace(',', '..')} tokens)"
+    if row is None or "speedup" not in row:
+        return Verdict(target, goal, "not recorded", None)
+    measured = f"{row['speedup']:.2f}x, largest difference {row['max |diff|']:.1e}"
+    return Verdict(target, goal, measured, row["speedup"] >= 2.0)
+
+
+def modernbert_mfu(results: Results) -> Verdict:
+    length = results.sizes.get("long_length", 4096)
+    goal = "NeoBERT's MFU >= ModernBERT-base's"
+    target = f"forward at {length} tokens vs ModernBERT-base"
+    row = _row(results.report("encode-modernbert", "encode"), f"fixed {length}")
+    if row is None:
+        return Verdict(target, goal, "not recorded", None)
+    text, _ = mfu_text(row["of peak"])
+    measured = (
+        f"NeoBERT {row['neobert tok/s']:,.0f} tokens/s (MFU {text}), ModernBERT {row['modernbert tok/s']:,.0f} "
+        "tokens/s (its MFU is not recorded by bench encode)"
+    )
+    return Verdict(target, goal, measured, None)
+
+
+def forward_rate(results: Results) -> Verdict:
+    length = results.sizes.get("forward_length", 512)
+    target, goal = f"forward inference, {length} tokens", ">= 0.9M tokens/s"
+    row = _row(results.report("encode", "encode"), f"fixed {length}")
+    if row is None:
+        return Verdict(target, goal, "not recorded", None)
+    best = max(row.get("padded tok/s", 0.0), row.get("unpadded tok/s", 0.0))
+    return Verdict(target, goal, f"{best:,.0f} tokens/s", best >= 0.9e6)
+
+
+def serve_ratio(results: Results) -> Verdict:
+    target, goal = "neoembed serve vs direct encode", ">= 0.9x direct encode's throughput"
+    rows = [
+        r for r in (results.report("serve", "serve") or {}).get("rows", []) if "server" in str(r.get("path"))
+    ]
+    if not rows:
+        return Verdict(target, goal, "not recorded", None)
+    best = max(rows, key=lambda r: r["ratio"])
+    return Verdict(target, goal, f"{best['ratio']:.2f}x ({best['path']})", best["ratio"] >= 0.9)
+
+
+def stage_passed(name: str, target: str, goal: str = "passes") -> Callable[[Results], Verdict]:
+    def verdict(results: Results) -> Verdict:
+        stage = results.stage(name)
+        if stage is None or stage["status"] == "skipped":
+            return Verdict(target, goal, (stage or {}).get("reason") or "not run", None)
+        figures = stage.get("figures") or {}
+        counts = ", ".join(f"{k} {v}" for k, v in figures.items() if k in ("passed", "failed", "skipped"))
+        return Verdict(
+            target, goal, f"{stage['status']}{': ' + counts if counts else ''}", stage["status"] == "passed"
+        )
+
+    return verdict
+
+
+TARGETS = (
+    training_mfu,
+    mixed_speedup,
+    modernbert_mfu,
+    forward_rate,
+    serve_ratio,
+    stage_passed("gpu-tests", "gpu-marked tests"),
+    stage_passed("deepspeed", "DeepSpeed ZeRO-2, one GPU, a few steps"),
+    stage_passed("contrastive", "neoembed contrastive, 250M NeoBERT, WordNet build"),
+)
+
+RUNBOOK = """\
+## The one command
+
+On a CPU machine with the registry, once (the wheels the GPU image lacks, at the lock's versions, into the
+git-ignored `.whl/`; it prints their total and fails over 64 MiB):
+
+```bash
+.venv/bin/python scripts/gpu_wheelhouse.py
+```
+
+On the GPU machine, from the repository root (with `.whl` carried):
+
+```bash
+scripts/gpu_run.sh "$OUT"   # venv over the system packages, wheels --no-deps, then `neoembed bench gpu`
+```
+
+Each stage runs in its own process for at most 9 minutes and is kept when it passed before, so a second
+window goes on where the first stopped. Everything lands in `runs/bench/gpu/` (and, packed, in `$OUT`): per
+stage a folder with `stage.json` and the bench's own JSON and Markdown, `environment.json` (GPU, torch, CUDA,
+kernels) and `gpu.json`/`gpu.md`. Commit the JSON under `docs/benchmarks/gpu/` and rebuild this page with
+`neoembed bench gpu-docs docs/benchmarks/gpu`. `neoembed bench gpu --dry-run` runs every stage at tiny sizes
+on the CPU and writes the same files.
+"""
+
+
+def render(results: Results) -> str:
+    env = results.environment
+    mode = (
+        "a CPU dry run (tiny sizes: the figures say nothing about a GPU)"
+        if env.get("dry_run")
+        else env.get("gpu")
+    )
+    verdicts = [target(results) for target in TARGETS]
+    parts = [
+        "# GPU figures",
+        "Written by `neoembed bench gpu-docs` from the JSON of `neoembed bench gpu`; do not edit by hand.",
+        RUNBOOK.rstrip(),
+        "## Targets",
+        f"Measured on {mode or 'no GPU'}, torch {env.get('torch', '?')}, CUDA {env.get('cuda') or '-'}.",
+        markdown_table(
+            [
+                {"target": v.target, "goal": v.goal, "measured": v.measured, "verdict": v.word}
+                for v in verdicts
+            ],
+            ["target", "goal", "measured", "verdict"],
+        ),
+        "## Stages",
+        markdown_table(
+            [
+                {
+                    "stage": s["name"],
+                    "status": s["status"],
+                    "seconds": round(s["seconds"], 1),
+                    "note": s.get("reason") or "",
+                }
+                for s in results.stages()
+            ],
+            ["stage", "status", "seconds", "note"],
+        ),
+        "## Kernels",
+        markdown_table(
+            [{"backend": k, "status": v} for k, v in env.get("kernels", {}).items()], ["backend", "status"]
+        ),
+    ]
+    notes = results.root / "notes.md"
+    if notes.is_file():
+        parts += ["## Defects found", notes.read_text().strip()]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_page(results_dir: Path, page: Path) -> None:
+    write_text(page, render(Results(results_dir)))
