@@ -214,8 +214,6 @@ def run_stage(stage: Stage, timeout: float) -> StageResult:
     stage.out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", *stage.command]
     reason = why_skipped(stage)
-    if reason is None and timeout < MIN_STAGE_SECONDS:
-        reason = f"{timeout:.0f} s left of the run's time budget"
     if reason is not None:
         return StageResult(stage.name, stage.title, "skipped", 0.0, command, reason)
     if stage.recipe is not None:
@@ -244,8 +242,12 @@ def run(settings: GpuBench, progress=print) -> WrittenReport:
             results.append(StageResult.read(done))
             continue
         timeout = min(settings.stage_timeout_s, deadline - time.monotonic())
-        progress(f"{stage.name}: {stage.title} (at most {timeout:.0f} s)")
-        result = run_stage(stage, timeout)
+        if timeout < MIN_STAGE_SECONDS:
+            reason = f"{max(timeout, 0):.0f} s left of the run's time budget"
+            result = StageResult(stage.name, stage.title, "skipped", 0.0, [], reason)
+        else:
+            progress(f"{stage.name}: {stage.title} (at most {timeout:.0f} s)")
+            result = run_stage(stage, timeout)
         write_text(done, json.dumps(asdict(result), indent=2) + "\n")
         progress(
             f"{stage.name}: {result.status} in {result.seconds:.0f} s"
