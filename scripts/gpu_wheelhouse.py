@@ -1,4 +1,5 @@
-"""Download the wheels the GPU machine lacks, at the lock's versions, into a git-ignored folder (.whl/).
+"""Download the wheels the GPU machine lacks, at the lock's versions, into a git-ignored folder (.whl/), and
+the Debian package of WordNet (DEBS) its serve stage reads.
 
 Run on a CPU machine with the registry: `.venv/bin/python scripts/gpu_wheelhouse.py`. The GPU machine
 (docs/benchmarks/gpu.md) has no network and takes at most 64 MiB of files per command, the working tree
@@ -34,6 +35,8 @@ EXTRAS = ("index", "serve", "deepspeed")  # of pyproject.toml: what the GPU stag
 # The serve stage's client; the build backend of `pip install -e .` there (fetched even though the image has a
 # setuptools: pyproject.toml needs >= 77, which the image's may not be).
 TOOLS = ("openai", "setuptools")
+# Debian packages of offline data, unpacked there without root: WordNet's glosses feed the serve stage.
+DEBS = ("wordnet-base",)
 LIMIT_MIB = 64
 # The GPU machine's interpreter, for the requirements' environment markers.
 TARGET = {
@@ -114,7 +117,7 @@ def closure(
 
 @dataclass(frozen=True)
 class Wheelhouse:
-    wheels: dict[str, int]  # file name -> bytes
+    wheels: dict[str, int]  # file name -> bytes (wheels and .deb data packages)
     limit_bytes: int
 
     @property
@@ -129,15 +132,15 @@ class Wheelhouse:
         lines = [f"{size / 2**20:8.2f} MiB  {name}" for name, size in sorted(self.wheels.items())]
         verdict = "fits" if self.fits else "is OVER"
         lines.append(
-            f"{self.total_bytes / 2**20:8.2f} MiB  total in {len(self.wheels)} wheels: {verdict} the "
+            f"{self.total_bytes / 2**20:8.2f} MiB  total in {len(self.wheels)} files: {verdict} the "
             f"{self.limit_bytes / 2**20:.0f} MiB a GPU command carries (the working tree counts too)"
         )
         return "\n".join(lines)
 
 
 def measure(folder: Path, limit_mib: float) -> Wheelhouse:
-    wheels = {path.name: path.stat().st_size for path in sorted(folder.glob("*.whl"))}
-    return Wheelhouse(wheels, int(limit_mib * 2**20))
+    files = sorted([*folder.glob("*.whl"), *folder.glob("*.deb")])
+    return Wheelhouse({path.name: path.stat().st_size for path in files}, int(limit_mib * 2**20))
 
 
 def wheel_of(folder: Path, name: str, version: str) -> Path | None:
@@ -209,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for path in stale:  # two versions of one package would stop the install there
         path.unlink()
+    for deb in DEBS:
+        if not list(args.out.glob(f"{deb}_*.deb")):
+            subprocess.run(["apt-get", "download", deb], cwd=args.out, check=True)
     house = measure(args.out, args.limit_mib)
     print(house.describe())
     return 0 if house.fits else 1

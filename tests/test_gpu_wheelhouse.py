@@ -80,8 +80,9 @@ def test_only_wheels_for_cpython_312_on_x86_64_linux_pass(name, installs):
 def test_the_size_verdict_counts_every_wheel_against_the_limit(tmp_path):
     (tmp_path / "a-1-py3-none-any.whl").write_bytes(b"x" * 700_000)
     (tmp_path / "b-1-py3-none-any.whl").write_bytes(b"x" * 400_000)
+    (tmp_path / "wordnet-base_3.0_all.deb").write_bytes(b"x" * 100_000)
     (tmp_path / "notes.txt").write_bytes(b"x" * 10_000_000)
     house = wheelhouse.measure(tmp_path, limit_mib=1)
-    assert house.total_bytes == 1_100_000 and not house.fits
+    assert house.total_bytes == 1_200_000 and not house.fits
     assert "OVER" in house.describe().splitlines()[-1]
     assert wheelhouse.measure(tmp_path, limit_mib=2).fits
