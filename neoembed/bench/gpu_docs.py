@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neoembed.bench.gpu import STAGE_FILE
+from neoembed.bench.mfu import Mfu
 from neoembed.bench.report import markdown_table
 from neoembed.run_files import write_text
 
@@ -57,14 +58,6 @@ def _row(report: dict | None, case: str) -> dict | None:
     return next((row for row in rows if str(row.get("case", "")).startswith(case)), None)
 
 
-def mfu_text(mfu: float) -> tuple[str, bool]:
-    """MFU as a percentage, and whether it is a possible figure: above 100% the peak or the FLOP count is
-    wrong, so it is flagged as a measurement error rather than shown as a result."""
-    if mfu > 1.0:
-        return f"{mfu:.1%} (measurement error: above 100%)", False
-    return f"{mfu:.1%}", True
-
-
 def training_mfu(results: Results) -> Verdict:
     goal = "MFU >= 25% (aim 45%)"
     length = results.sizes.get("pretrain_length", 1024)
@@ -72,9 +65,9 @@ def training_mfu(results: Results) -> Verdict:
     figures = (results.stage("pretrain") or {}).get("figures") or {}
     if figures.get("mfu") is None:
         return Verdict(target, goal, "no MFU recorded", None)
-    text, possible = mfu_text(figures["mfu"])
-    measured = f"{text}, {figures['tokens_per_s']:,.0f} real tokens/s"
-    return Verdict(target, goal, measured, figures["mfu"] >= 0.25 if possible else None)
+    mfu = Mfu(figures["mfu"], 1.0)
+    measured = f"{mfu.text()}, {figures['tokens_per_s']:,.0f} real tokens/s"
+    return Verdict(target, goal, measured, mfu.ratio >= 0.25 if mfu.possible else None)
 
 
 def mixed_speedup(results: Results) -> Verdict:
@@ -94,9 +87,8 @@ def modernbert_mfu(results: Results) -> Verdict:
     row = _row(results.report("encode-modernbert", "encode"), f"fixed {length}")
     if row is None:
         return Verdict(target, goal, "not recorded", None)
-    text, _ = mfu_text(row["of peak"])
     measured = (
-        f"NeoBERT {row['neobert tok/s']:,.0f} tokens/s (MFU {text}), ModernBERT {row['modernbert tok/s']:,.0f} "
+        f"NeoBERT {row['neobert tok/s']:,.0f} tokens/s (MFU {Mfu(row['of peak'], 1.0).text()}), ModernBERT {row['modernbert tok/s']:,.0f} "
         "tokens/s (its MFU is not recorded by bench encode)"
     )
     return Verdict(target, goal, measured, None)
