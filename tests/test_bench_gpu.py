@@ -119,3 +119,10 @@ def test_a_dry_run_of_every_stage_passes_or_says_why_not(tmp_path):
         assert stage["status"] in ("passed", "skipped"), stage
         assert stage["status"] == "passed" or stage["reason"]
     assert Path(tmp_path / "serve" / "serve.json").is_file()
+
+
+def test_the_committed_page_is_the_one_the_committed_results_give():
+    """docs/benchmarks/gpu.md is generated: rebuild it with `neoembed bench gpu-docs docs/benchmarks/gpu`."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "benchmarks" / "gpu.md").read_text()
+    assert page == gpu_docs.render(gpu_docs.Results(root / "docs" / "benchmarks" / "gpu"))

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from neoembed.bench.gpu import STAGE_FILE
+from neoembed.bench.gpu_stages import CUDA
 from neoembed.bench.mfu import Mfu
 from neoembed.bench.report import markdown_table
 from neoembed.run_files import write_text
@@ -36,7 +37,7 @@ class Results:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.environment = self._json("environment.json") or {}
-        self.sizes = self.environment.get("sizes", {})
+        self.sizes = self.environment.get("sizes") or asdict(CUDA)  # before a run: the sizes it will take
 
     def _json(self, relative: str) -> dict | None:
         path = self.root / relative
@@ -60,7 +61,7 @@ def _row(report: dict | None, case: str) -> dict | None:
 
 def training_mfu(results: Results) -> Verdict:
     goal = "MFU >= 25% (aim 45%)"
-    length = results.sizes.get("pretrain_length", 1024)
+    length = results.sizes["pretrain_length"]
     target = f"MLM training, packed {length}-token rows, {results.sizes.get('precision', 'bf16')}"
     figures = (results.stage("pretrain") or {}).get("figures") or {}
     if figures.get("mfu") is None:
@@ -81,7 +82,7 @@ def mixed_speedup(results: Results) -> Verdict:
 
 
 def modernbert_mfu(results: Results) -> Verdict:
-    length = results.sizes.get("long_length", 4096)
+    length = results.sizes["long_length"]
     goal = "NeoBERT's MFU >= ModernBERT-base's"
     target = f"forward at {length} tokens vs ModernBERT-base"
     row = _row(results.report("encode-modernbert", "encode"), f"fixed {length}")
@@ -95,7 +96,7 @@ def modernbert_mfu(results: Results) -> Verdict:
 
 
 def forward_rate(results: Results) -> Verdict:
-    length = results.sizes.get("forward_length", 512)
+    length = results.sizes["forward_length"]
     target, goal = f"forward inference, {length} tokens", ">= 0.9M tokens/s"
     row = _row(results.report("encode", "encode"), f"fixed {length}")
     if row is None:
@@ -162,23 +163,31 @@ stage a folder with `stage.json` and the bench's own JSON and Markdown, `environ
 kernels) and `gpu.json`/`gpu.md`. Commit the JSON under `docs/benchmarks/gpu/` and rebuild this page with
 `neoembed bench gpu-docs docs/benchmarks/gpu`. `neoembed bench gpu --dry-run` runs every stage at tiny sizes
 on the CPU and writes the same files.
+
+MFU counts the model FLOPs of real tokens (`neoembed/pretrain/neobert/flops.py`) against the GPU's dense bf16
+peak from the table there by device name (H100 SXM 989 TFLOP/s, H100 NVL 835, H100 PCIe 756, H200 989); on a
+device without a table entry the peak is a matmul measured before and after each layout, and an MFU above
+100% is reported as a measurement error. The contrastive stage needs mteb, which the wheelhouse leaves out
+(its polars runtime alone is 54 MB), and a WordNet build (`WORDNET_BUILD`): without them it is skipped, and
+says so.
 """
 
 
 def render(results: Results) -> str:
     env = results.environment
-    mode = (
-        "a CPU dry run (tiny sizes: the figures say nothing about a GPU)"
-        if env.get("dry_run")
-        else env.get("gpu")
-    )
+    if not env:
+        measured_on = "Not run on a GPU yet: every target below waits for the first run."
+    elif env.get("dry_run"):
+        measured_on = "Measured on a CPU dry run (tiny sizes: the figures say nothing about a GPU)."
+    else:
+        measured_on = f"Measured on {env.get('gpu')}, torch {env.get('torch')}, CUDA {env.get('cuda')}."
     verdicts = [target(results) for target in TARGETS]
     parts = [
         "# GPU figures",
         "Written by `neoembed bench gpu-docs` from the JSON of `neoembed bench gpu`; do not edit by hand.",
         RUNBOOK.rstrip(),
         "## Targets",
-        f"Measured on {mode or 'no GPU'}, torch {env.get('torch', '?')}, CUDA {env.get('cuda') or '-'}.",
+        measured_on,
         markdown_table(
             [
                 {"target": v.target, "goal": v.goal, "measured": v.measured, "verdict": v.word}
@@ -186,24 +195,21 @@ def render(results: Results) -> str:
             ],
             ["target", "goal", "measured", "verdict"],
         ),
-        "## Stages",
-        markdown_table(
-            [
-                {
-                    "stage": s["name"],
-                    "status": s["status"],
-                    "seconds": round(s["seconds"], 1),
-                    "note": s.get("reason") or "",
-                }
-                for s in results.stages()
-            ],
-            ["stage", "status", "seconds", "note"],
-        ),
-        "## Kernels",
-        markdown_table(
-            [{"backend": k, "status": v} for k, v in env.get("kernels", {}).items()], ["backend", "status"]
-        ),
     ]
+    stages = [
+        {
+            "stage": s["name"],
+            "status": s["status"],
+            "seconds": round(s["seconds"], 1),
+            "note": s.get("reason") or "",
+        }
+        for s in results.stages()
+    ]
+    if stages:
+        parts += ["## Stages", markdown_table(stages, ["stage", "status", "seconds", "note"])]
+    kernels = [{"backend": k, "status": v} for k, v in env.get("kernels", {}).items()]
+    if kernels:
+        parts += ["## Kernels", markdown_table(kernels, ["backend", "status"])]
     notes = results.root / "notes.md"
     if notes.is_file():
         parts += ["## Defects found", notes.read_text().strip()]
