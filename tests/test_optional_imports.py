@@ -12,6 +12,7 @@ import pytest
 import tomllib
 import yaml
 from synthetic_text import random_documents
+from test_contrastive import records, tiny_encoder_dir, write_build
 
 from neoembed.extras import OPTIONAL
 
@@ -113,6 +114,28 @@ def test_pretrain_and_its_bench_run_with_datasets_alone(tmp_path):
     result = neoembed(tmp_path, "pretrain", "--recipe", str(tmp_path / "recipe.yaml"), blocked=blocked)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+def test_contrastive_trains_scores_and_exports_with_datasets_alone(tmp_path, minilm_path):
+    """As on the GPU machine: the held-out WordNet set needs no mteb, and the export leaves out mteb's
+    ModelMeta, saying so."""
+    build = write_build(tmp_path / "build", {"alpha": records("alpha", 24)})
+    recipe = {
+        "data": {"path": str(build)},
+        "model": {"base": str(tiny_encoder_dir(tmp_path, minilm_path)), "max_length": 24},
+        "optim": {"warmup_steps": 1},
+        "train": {"output_dir": str(tmp_path / "run"), "max_steps": 2, "batch_size": 4, "threads": 1},
+        "eval": {"sets": [{"kind": "wordnet", "queries": 4, "corpus": 16}]},
+    }
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    blocked = ("faiss", "fastapi", "uvicorn", "mteb")
+    result = neoembed(tmp_path, "contrastive", "--recipe", str(tmp_path / "recipe.yaml"), blocked=blocked)
+    assert result.returncode == 0, result.stderr[-3000:]
+    exported = tmp_path / "run" / "neobert-embed"
+    assert (exported / "model.safetensors").is_file() and not (exported / "mteb_model_meta.json").exists()
+    assert "mteb is not installed" in result.stderr
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert "eval_wordnet_cosine_ndcg@10" in metrics
 
 
 @pytest.mark.parametrize(
