@@ -167,9 +167,9 @@ on the CPU and writes the same files.
 MFU counts the model FLOPs of real tokens (`neoembed/pretrain/neobert/flops.py`) against the GPU's dense bf16
 peak from the table there by device name (H100 SXM 989 TFLOP/s, H100 NVL 835, H100 PCIe 756, H200 989); on a
 device without a table entry the peak is a matmul measured before and after each layout, and an MFU above
-100% is reported as a measurement error. The contrastive stage needs mteb, which the wheelhouse leaves out
-(its polars runtime alone is 54 MB), and a WordNet build (`WORDNET_BUILD`): without them it is skipped, and
-says so.
+100% is reported as a measurement error. The contrastive stage trains on the `wordnet-build` stage's pairs
+(built there without mining: the teacher's weights are 88 MB) or on a carried build (`WORDNET_BUILD`), without
+mteb, which the wheelhouse leaves out (its polars runtime alone is 54 MB).
 """
 
 

@@ -31,6 +31,7 @@ class Sizes:
     corpus_documents: int
     corpus_max_words: int
     deepspeed_steps: int
+    wordnet_rows: int  # rows of the WordNet build the contrastive stage trains on
     contrastive: tuple[str, ...]  # overrides of the contrastive stage
     serve: tuple[str, ...]
     gpu_tests: tuple[str, ...]  # test files whose gpu-marked tests run
@@ -53,6 +54,7 @@ CUDA = Sizes(
     corpus_documents=20_000,
     corpus_max_words=3000,
     deepspeed_steps=20,
+    wordnet_rows=50_000,
     contrastive=("--train.max_steps", "100", "--train.batch_size", "32", "--model.max_length", "256"),
     serve=(
         "--models",
@@ -100,6 +102,7 @@ DRY_RUN = Sizes(
     corpus_documents=200,
     corpus_max_words=60,
     deepspeed_steps=2,
+    wordnet_rows=200,
     contrastive=("--train.max_steps", "2", "--train.batch_size", "4", "--model.max_length", "32"),
     serve=(
         "--models",
@@ -164,7 +167,7 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
         return Stage(name, title, out, command, ("deepspeed",) if deepspeed else (), (), env, recipe)
 
     tests = root / "gpu-tests"
-    build = wordnet_build or root / "no-wordnet-build-given"
+    build = wordnet_build or root / "wordnet-build"
     contrastive = root / "contrastive"
     serve = root / "serve"
     return [
@@ -205,6 +208,13 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
         pretrain("pretrain", "neoembed pretrain, packed rows", deepspeed=False),
         pretrain("deepspeed", "neoembed pretrain under DeepSpeed ZeRO-2 on one device", deepspeed=True),
         Stage(
+            "wordnet-build",
+            "build-data of WordNet pairs for the contrastive stage (no mining: no teacher weights there)",
+            root / "wordnet-build",
+            ("neoembed", "build-data", "--sources", "wordnet", "--max-rows", str(s.wordnet_rows), "--no-mine")
+            + ("--out", str(root / "wordnet-build")),
+        ),
+        Stage(
             "contrastive",
             "neoembed contrastive of the pretrained NeoBERT on the WordNet build",
             contrastive,
@@ -212,7 +222,6 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
             + ("--model.base", str(root / "pretrain" / "run" / "final"), "--loss.gather", "false")
             + ("--eval.sets", "[wordnet]", "--train.output_dir", str(contrastive / "run"))
             + s.contrastive,
-            needs=("mteb", "faiss"),
             needs_files=(build / "stats.json", root / "pretrain" / "run" / "final"),
         ),
         Stage(

@@ -278,4 +278,4 @@ class GpuBench(BenchSettings):
     budget_s: float = Field(3600.0, gt=0)
     """Seconds for the whole run; a stage is not started with less than 30 s of it left."""
     wordnet_build: Path | None = None
-    """A `build-data` output of the WordNet source, for the contrastive stage (skipped without one)."""
+    """A `build-data` output for the contrastive stage (default: the wordnet-build stage's)."""
