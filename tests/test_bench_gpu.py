@@ -15,7 +15,8 @@ FAST_STAGES = "gpu-tests,encode,pretrain,deepspeed,contrastive"
 
 def test_both_modes_plan_the_same_stages_and_the_cuda_one_measures_the_issue_settings(tmp_path):
     cuda, dry = gpu_stages.plan(False, tmp_path, None), gpu_stages.plan(True, tmp_path, None)
-    assert [s.name for s in cuda] == [s.name for s in dry]
+    assert [s.name for s in cuda] == [s.name for s in dry] == list(gpu_stages.ORDER)
+    assert cuda.index(next(s for s in cuda if s.name == "pretrain")) < 4, "the MFU target runs early"
     assert len({s.out for s in cuda}) == len(cuda), "one folder per stage"
     by_name = {s.name: s for s in cuda}
     recipe = by_name["pretrain"].recipe
