@@ -29,6 +29,7 @@ OPTIONAL = {
     "uvicorn": OptionalPackage("uvicorn", "serve"),
     "prometheus_client": OptionalPackage("prometheus-client", "serve"),
     "onnxruntime": OptionalPackage("onnxruntime", "onnx"),
+    "openai": OptionalPackage("openai", "dev"),  # bench openai's client
     "deepspeed": OptionalPackage("deepspeed", "deepspeed"),
     "datasets": OptionalPackage("datasets", None),
 }

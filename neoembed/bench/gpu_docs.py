@@ -116,6 +116,16 @@ def serve_ratio(results: Results) -> Verdict:
     return Verdict(target, goal, f"{best['ratio']:.2f}x ({best['path']})", best["ratio"] >= 0.9)
 
 
+def openai_ratio(results: Results) -> Verdict:
+    target, goal = "neoembed serve answering the openai client", ">= 0.9x direct encode's throughput"
+    report = results.report("serve-openai", "openai")
+    if report is None:
+        return Verdict(target, goal, "not recorded", None)
+    served = report["rows"][-1]
+    measured = f"{report['ratio']:.2f}x, p95 {served['p95 ms']:,.0f} ms ({served['path']})"
+    return Verdict(target, goal, measured, report["ratio"] >= 0.9)
+
+
 def stage_passed(name: str, target: str, goal: str = "passes") -> Callable[[Results], Verdict]:
     def verdict(results: Results) -> Verdict:
         stage = results.stage(name)
@@ -136,6 +146,7 @@ TARGETS = (
     modernbert_mfu,
     forward_rate,
     serve_ratio,
+    openai_ratio,
     stage_passed("gpu-tests", "gpu-marked tests"),
     stage_passed("deepspeed", "DeepSpeed ZeRO-2, one GPU, a few steps"),
     stage_passed("contrastive", "neoembed contrastive, 250M NeoBERT, WordNet build"),

@@ -34,6 +34,7 @@ class Sizes:
     wordnet_rows: int  # rows of the WordNet build the contrastive stage trains on
     contrastive: tuple[str, ...]  # overrides of the contrastive stage
     serve: tuple[str, ...]
+    openai: tuple[str, ...]
     gpu_tests: tuple[str, ...]  # test files whose gpu-marked tests run
 
 
@@ -66,6 +67,7 @@ CUDA = Sizes(
         "--clients",
         "32",
     ),
+    openai=("--backend", "torch-bf16", "--device", "cuda", "--texts", "8192", "--clients", "32"),
     gpu_tests=("tests/test_neobert_model.py", "tests/test_neobert_backends.py"),
 )
 
@@ -116,6 +118,7 @@ DRY_RUN = Sizes(
         "--health-requests",
         "8",
     ),
+    openai=("--device", "cpu", "--texts", "32", "--clients", "2"),
     gpu_tests=("tests/test_neobert_backends.py",),
 )
 
@@ -144,6 +147,7 @@ ORDER = (
     "bench-pretrain",
     "encode-modernbert",
     "serve",
+    "serve-openai",
     "deepspeed",
     "wordnet-build",
     "contrastive",
@@ -248,6 +252,13 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
             serve,
             ("neoembed", "bench", "serve", *s.serve, "--out", str(serve)),
             needs=("fastapi", "uvicorn"),
+        ),
+        Stage(
+            "serve-openai",
+            "neoembed serve answering the openai client under load vs direct encode",
+            root / "serve-openai",
+            ("neoembed", "bench", "openai", *s.openai, "--out", str(root / "serve-openai")),
+            needs=("fastapi", "uvicorn", "openai"),
         ),
     ]
     return sorted(stages, key=lambda stage: ORDER.index(stage.name))
