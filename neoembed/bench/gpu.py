@@ -159,10 +159,9 @@ def why_skipped(stage: Stage) -> str | None:
     return f"needs {', '.join(absent)}" if absent else None
 
 
-def run_command(stage: Stage, timeout: float) -> tuple[str, str | None]:
-    """(status, reason) of the stage's command, its output in out/log.txt; on timeout its whole process
+def run_command(stage: Stage, command: list[str], timeout: float) -> tuple[str, str | None]:
+    """(status, reason) of the stage's `command`, its output in out/log.txt; on timeout its whole process
     group is killed (servers and DataLoader workers included)."""
-    command = [sys.executable, "-m", *stage.command]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **stage.env}
     with (stage.out / "log.txt").open("w") as log:
         process = subprocess.Popen(
@@ -219,7 +218,7 @@ def run_stage(stage: Stage, timeout: float) -> StageResult:
     if stage.recipe is not None:
         write_text(stage.out / "recipe.yaml", yaml.safe_dump(stage.recipe, sort_keys=False))
     start = time.monotonic()
-    status, reason = run_command(stage, timeout)
+    status, reason = run_command(stage, command, timeout)
     seconds = time.monotonic() - start
     return StageResult(stage.name, stage.title, status, seconds, command, reason, stage_figures(stage))
 
