@@ -164,3 +164,27 @@ def test_each_optional_package_is_in_the_extra_it_names():
             listed = project["optional-dependencies"][optional.extra]
         names = {spec.split(">")[0].split("[")[0].split("=")[0].strip() for spec in listed}
         assert optional.package in names, f"{module}: {optional.package} not in {optional.extra or 'core'}"
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "import neoembed",
+        "from transformers import AutoModel\nimport neoembed",
+        "import neoembed.pretrain.neobert.modeling",
+    ],
+)
+def test_neobert_is_registered_with_the_auto_classes_whatever_was_imported_first(tmp_path, first):
+    """`import neoembed` loads no torch; the registration runs when transformers' Auto modules load."""
+    code = (
+        f"import sys\n{first}\n"
+        "print('TORCH', 'torch' in sys.modules)\n"
+        "from transformers import AutoConfig, AutoModelForMaskedLM\n"
+        "from neoembed.pretrain.neobert import tiny_config\n"
+        "print(type(AutoConfig.for_model('neobert')).__name__, type(AutoModelForMaskedLM.from_config(tiny_config())).__name__)"
+    )
+    result = neoembed(tmp_path, code=code, blocked=())
+    assert result.returncode == 0, result.stderr
+    assert "NeoBERTConfig NeoBERTForMaskedLM" in result.stdout
+    if first == "import neoembed":
+        assert "TORCH False" in result.stdout
