@@ -129,6 +129,7 @@ def test_the_committed_page_is_the_one_the_committed_results_give():
     assert page == gpu_docs.render(gpu_docs.Results(root / "docs" / "benchmarks" / "gpu"))
 
 
+@pytest.mark.slow  # also run by the full dry run, as its serve-openai stage
 def test_bench_openai_serves_the_openai_client_and_reports_its_ratio(tmp_path):
     args = ["bench", "openai", "--texts", "32", "--clients", "2", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
