@@ -33,8 +33,8 @@ versions: setup
 	$(VENV)/bin/neoembed info
 
 lint: setup
-	$(VENV)/bin/ruff check neoembed tests
-	$(VENV)/bin/ruff format --check neoembed tests
+	$(VENV)/bin/ruff check neoembed tests scripts
+	$(VENV)/bin/ruff format --check neoembed tests scripts
 
 test: lint versions
 	$(VENV)/bin/pytest -q

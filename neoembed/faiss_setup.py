@@ -37,7 +37,9 @@ if "faiss" in sys.modules:
 elif _core_type() is not None:
     os.environ.setdefault("OPENBLAS_CORETYPE", _core_type())
 
-import faiss  # noqa: E402
+from neoembed.extras import require  # noqa: E402
+
+faiss = require("faiss")
 
 
 def set_threads(threads: int | None) -> int:

@@ -16,7 +16,9 @@ from neoembed.cache import cache_root
 
 os.environ.setdefault("MTEB_CACHE", str(cache_root() / "mteb"))
 
-import mteb  # noqa: E402
+from neoembed.extras import require  # noqa: E402
+
+mteb = require("mteb")
 
 __all__ = ["all_tasks", "mteb"]
 

@@ -23,6 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "neoembed"
 # Units from the bottom layer up; a unit may import units on lower layers only.
 LAYERS = [
     {"errors", "cache"},
+    {"extras"},
     {"packaged", "precision", "mteb_setup", "faiss_setup", "run_files", "embedder", "vector_file"},
     {"recipes", "probe"},
     {"onnx_backend"},

@@ -8,8 +8,6 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from neoembed.run_files import write_text
 
 
@@ -50,6 +48,8 @@ class WrittenReport:
 
 def machine_description() -> dict:
     """What the figures were measured on, recorded beside them."""
+    import torch  # here, not at the top: `neoembed bench --help` imports this module's types without torch
+
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),

@@ -100,7 +100,7 @@ def server_arguments(backend: str, model: str, export: Path | None, device: str)
     return ["--model", model, "--dtype", dtype, "--device", device]
 
 
-def _start_server(arguments: list[str], threads: int, log_path: Path) -> tuple[subprocess.Popen, int]:
+def start_server(arguments: list[str], threads: int, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     command = [sys.executable, "-c", "from neoembed.cli import main; main()", "serve", *arguments]
     command += ["--port", str(port), "--threads", str(threads), "--truncate", "--log-level", "warning"]
@@ -117,11 +117,11 @@ def _start_server(arguments: list[str], threads: int, log_path: Path) -> tuple[s
         except httpx.TransportError:
             pass
         time.sleep(0.25)
-    _stop(process)
+    stop_server(process)
     raise RuntimeError(f"the server did not become healthy in 300 s; see {log_path}")
 
 
-def _stop(process: subprocess.Popen) -> None:
+def stop_server(process: subprocess.Popen) -> None:
     """Terminate a server and wait for it; kill it if it has not exited within 120 s."""
     process.terminate()
     try:
@@ -218,7 +218,7 @@ def bench_model(
         export = inference_backends.onnx_export(model, settings.out / "export" / label) if onnx else None
         for backend in backends:
             arguments = server_arguments(backend, model, export, device)
-            servers[backend] = _start_server(
+            servers[backend] = start_server(
                 arguments, settings.threads, settings.out / f"server-{label}-{backend}.log"
             )
         requests = {
@@ -245,7 +245,7 @@ def bench_model(
             vectors[backend] = _served_vectors(port, probe.texts)
     finally:
         for process, _ in servers.values():
-            _stop(process)
+            stop_server(process)
 
     best_direct = min(direct_s[settings.direct_batch_sizes[0]])
     rows = [

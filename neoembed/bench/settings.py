@@ -283,3 +283,39 @@ class ScaleBench(BenchSettings):
     """pretrain and contrastive: optimizer steps per run (the first few are left out of the rates)."""
     out: Path = Path("runs/bench/scale")
     """Output directory (scale.json, scale.md, the runs)."""
+
+
+class GpuBench(BenchSettings):
+    out: Path = Path("runs/bench/gpu")
+    """One folder for every stage's results (a stage that passed there before is kept, not rerun)."""
+    dry_run: bool = False
+    """The same stages at tiny sizes on the CPU (checks the runner and the JSON where there is no GPU)."""
+    stages: comma_separated(tuple[str, ...]) = ()
+    """Only these stages (default: all; names as in gpu.md)."""
+    stage_timeout_s: float = Field(540.0, gt=0)
+    """Seconds a stage may run before its processes are killed."""
+    budget_s: float = Field(3600.0, gt=0)
+    """Seconds for the whole run; a stage is not started with less than 30 s of it left."""
+    wordnet_build: Path | None = None
+    """A `build-data` output for the contrastive stage (default: the wordnet-build stage's)."""
+
+
+class OpenaiBench(BenchSettings):
+    model: str = "neobert"
+    """Embedder to serve ('neobert': a quickstart-size NeoBERT export, as in bench serve)."""
+    backend: Literal["torch-fp32", "torch-bf16"] = "torch-fp32"
+    """How the server runs it."""
+    device: str = "auto"
+    """Device of the server and of direct encode (auto: CUDA where there is one)."""
+    texts: int = Field(4096, ge=16)
+    """WordNet glosses per round."""
+    texts_per_request: int = Field(16, ge=1)
+    """Texts in each request."""
+    clients: int = Field(16, ge=1)
+    """Threads, each with its own openai client."""
+    batch_size: int = Field(32, ge=1)
+    """Direct encode's batch size (the ratio's baseline)."""
+    threads: int = Field(2, ge=1)
+    """torch CPU threads, in the server and for direct encode."""
+    out: Path = Path("runs/bench/openai")
+    """Directory for openai.json and openai.md."""

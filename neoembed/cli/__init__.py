@@ -3,7 +3,8 @@
 Each module in this package defines its command(s) and is registered here. Commands bind their options to
 typed settings (`neoembed.cli.options`), then call library functions; they hold no logic of their own and
 catch no errors: the one handler below turns any `NeoembedError` into `neoembed <verb>: message` on stderr
-and the error's exit code (2 bad input, 1 failed run), with the traceback only under `neoembed --debug`.
+and the error's exit code (2 bad input, 1 failed run), with the traceback only under `neoembed --debug`. An
+optional package a verb needs and lacks (`neoembed.extras`) ends the same way, naming the extra to install.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from neoembed.errors import NeoembedError
+from neoembed.extras import as_missing_package
 
 DEBUG = "neoembed.debug"  # key in click's context meta, shared by every nested context
 
@@ -25,11 +27,20 @@ class CommandGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except NeoembedError as error:
-            verb = " ".join([*_group_names(ctx), ctx.invoked_subcommand or ""]).strip()
-            if ctx.meta.get(DEBUG):
-                traceback.print_exc()
-            typer.echo(f"neoembed {verb}: {error.message}", err=True)
-            raise typer.Exit(error.exit_code) from None
+            self._exit(ctx, error)
+        except ModuleNotFoundError as error:
+            missing = as_missing_package(error)  # an optional package the verb needs, imported where used
+            if missing is None:
+                raise
+            self._exit(ctx, missing)
+
+    @staticmethod
+    def _exit(ctx, error: NeoembedError):
+        verb = " ".join([*_group_names(ctx), ctx.invoked_subcommand or ""]).strip()
+        if ctx.meta.get(DEBUG):
+            traceback.print_exc()
+        typer.echo(f"neoembed {verb}: {error.message}", err=True)
+        raise typer.Exit(error.exit_code) from None
 
 
 def _group_names(ctx) -> list[str]:

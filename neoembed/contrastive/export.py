@@ -9,7 +9,9 @@ The module configs are written in the layout sentence-transformers 5 reads and 6
 from __future__ import annotations
 
 import json
+import logging
 from importlib import resources
+from importlib.util import find_spec
 from pathlib import Path
 
 from neoembed.contrastive.lora import has_adapters, merge_adapters
@@ -17,7 +19,11 @@ from neoembed.contrastive.model import BaseModelError
 from neoembed.contrastive.model_card import TrainingFacts, is_hub_id, model_card
 from neoembed.contrastive.model_meta import export_model_meta, write_model_meta
 from neoembed.embedder import position_limit
+from neoembed.evaluation import META_FILE
+from neoembed.extras import install_hint
 from neoembed.run_files import write_text
+
+log = logging.getLogger(__name__)
 
 NEOBERT_SOURCES = ("config.py", "rope.py", "attention.py", "modeling.py")
 NEOBERT_AUTO_MAP = {
@@ -43,6 +49,9 @@ def export_model(model, path: Path, facts: TrainingFacts, prompts: dict[str, str
     if model[0].auto_model.config.model_type == "neobert":
         add_remote_code(path)
     write_text(path / "README.md", model_card(model, facts))
+    if find_spec("mteb") is None:  # a machine that trains without mteb (neoembed.extras): no ModelMeta
+        log.warning("mteb is not installed: no %s in %s (%s)", META_FILE, path, install_hint("mteb"))
+        return path
     write_model_meta(
         export_model_meta(
             model,

@@ -34,13 +34,13 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
-from neoembed.data import Synset, foldoc_retrieval, load_synsets, split_of
+from neoembed.data import foldoc_retrieval
+from neoembed.evaluation.wordnet_sets import SEED, heldout_synsets, wordnet_example_retrieval
 
 # Bump when the sampling below changes: it is the tasks' dataset revision, so cached results of an older
 # sample are never mixed with new ones.
 DATA_REVISION = "wordnet3.0-heldout-v1"
 FOLDOC_REVISION = "foldoc-20230119-v1"
-SEED = 0
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adverb"}
 
 _COMMON = {
@@ -63,13 +63,6 @@ _COMMON = {
 
 
 @functools.lru_cache(maxsize=1)
-def heldout_synsets() -> tuple[Synset, ...]:
-    """The held-out synsets in a fixed pseudo-random order (same on every machine)."""
-    synsets = sorted((s for s in load_synsets() if split_of(s.id) == "heldout"), key=lambda s: s.id)
-    random.Random(SEED).shuffle(synsets)
-    return tuple(synsets)
-
-
 def definition_retrieval_split(n_corpus: int = 800, n_queries: int = 200) -> RetrievalSplitData:
     """Corpus: glosses of `n_corpus` held-out synsets; queries: lemmas; relevant: every sense of the lemma."""
     corpus = [s for s in heldout_synsets() if s.gloss][:n_corpus]
@@ -83,20 +76,6 @@ def definition_retrieval_split(n_corpus: int = 800, n_queries: int = 200) -> Ret
         corpus={s.id: s.gloss for s in corpus},
         relevant={f"q{i}": senses[lemma] for i, lemma in enumerate(lemmas)},
     )
-
-
-def wordnet_example_retrieval(n_queries: int = 500, n_corpus: int = 2000) -> tuple[dict, dict, dict]:
-    """Held-out WordNet synsets: an example sentence -> the gloss of its synset among `n_corpus` glosses."""
-    synsets = [s for s in heldout_synsets() if s.gloss]
-    with_examples = [s for s in synsets if s.examples][:n_queries]
-    query_ids = {s.id for s in with_examples}
-    corpus_synsets = (
-        with_examples + [s for s in synsets if s.id not in query_ids][: max(0, n_corpus - len(with_examples))]
-    )
-    queries = {f"q-{s.id}": s.examples[0] for s in with_examples}
-    corpus = {s.id: s.gloss for s in corpus_synsets}
-    relevant = {f"q-{s.id}": {s.id} for s in with_examples}
-    return queries, corpus, relevant
 
 
 def example_retrieval_split() -> RetrievalSplitData:

@@ -16,9 +16,16 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "NeoBERTModel",
             "NeoBERTPreTrainedModel",
         ],
-        "auto": ["register_auto_classes"],
+        "auto": ["register_auto_classes", "register_auto_classes_on_load"],
         "attention": ["available_backends", "choose_backend", "importable_kernels", "varlen_kernel_for"],
-        "flops": ["device_peak", "device_peak_flops", "forward_flops", "known_peak_tflops", "training_flops"],
+        "flops": [
+            "device_peak",
+            "device_peak_flops",
+            "forward_flops",
+            "known_peak_tflops",
+            "measured_matmul_flops",
+            "training_flops",
+        ],
         "tokenizer": ["load_tokenizer"],
     },
 )

@@ -1,0 +1,142 @@
+"""`neoembed bench gpu` on the CPU: the stage plan, a dry run's files, time limits, skips, and the docs page."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from neoembed.bench import gpu, gpu_docs, gpu_stages
+from neoembed.cli import app
+
+FAST_STAGES = "gpu-tests,encode,pretrain,deepspeed,contrastive"
+
+
+def test_both_modes_plan_the_same_stages_and_the_cuda_one_measures_the_issue_settings(tmp_path):
+    cuda, dry = gpu_stages.plan(False, tmp_path, None), gpu_stages.plan(True, tmp_path, None)
+    assert [s.name for s in cuda] == [s.name for s in dry] == list(gpu_stages.ORDER)
+    assert cuda.index(next(s for s in cuda if s.name == "pretrain")) < 4, "the MFU target runs early"
+    assert len({s.out for s in cuda}) == len(cuda), "one folder per stage"
+    by_name = {s.name: s for s in cuda}
+    recipe = by_name["pretrain"].recipe
+    assert recipe["model"]["config"] == {"max_length": 1024}, "the 250M defaults"
+    assert (recipe["data"]["mode"], recipe["data"]["max_length"], recipe["train"]["precision"]) == (
+        "packed",
+        1024,
+        "bf16",
+    )
+    assert by_name["deepspeed"].recipe["train"]["deepspeed"] == "deepspeed-zero2.json"
+    assert by_name["deepspeed"].command[0] == "torch.distributed.run" and not by_name["deepspeed"].env
+    contrastive = by_name["contrastive"].command
+    assert contrastive[contrastive.index("--loss.gather") + 1] == "false"
+    assert all("cuda" in s.command for s in cuda if s.command[:3] == ("neoembed", "bench", "encode"))
+    assert all(
+        "cpu" in s.command for s in dry if s.command[:2] == ("neoembed", "bench") and "serve" not in s.command
+    )
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu")
+    args = ["bench", "gpu", "--dry-run", "--stages", FAST_STAGES, "--out", str(out)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    return out, args
+
+
+def test_a_dry_run_writes_every_stage_result_and_the_environment(dry_run):
+    out, _ = dry_run
+    environment = json.loads((out / "environment.json").read_text())
+    assert {"gpu", "torch", "cuda", "kernels", "sizes", "dry_run"} <= set(environment)
+    assert environment["dry_run"] is True and environment["sizes"]["device"] == "cpu"
+    stages = {s["name"]: s for s in json.loads((out / "gpu.json").read_text())["stages"]}
+    assert list(stages) == FAST_STAGES.split(",")
+    assert stages["gpu-tests"]["status"] == "passed" and stages["gpu-tests"]["figures"]["tests"] >= 1
+    assert stages["encode"]["status"] == "passed" and (out / "encode" / "encode.json").is_file()
+    pretrain = stages["pretrain"]
+    assert pretrain["status"] == "passed", pretrain["reason"]
+    assert pretrain["figures"]["tokens_per_s"] > 0 and 0 < pretrain["figures"]["mfu"] < 1
+    assert stages["contrastive"]["status"] == "skipped" and "wordnet-build" in stages["contrastive"]["reason"]
+    for name, stage in stages.items():
+        assert json.loads((out / name / "stage.json").read_text()) == stage
+
+
+def test_a_second_run_keeps_the_stages_that_passed(dry_run):
+    out, args = dry_run
+    before = json.loads((out / "encode" / "stage.json").read_text())
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert "encode: passed before, kept" in again.output
+    assert json.loads((out / "encode" / "stage.json").read_text()) == before
+
+
+def test_the_docs_page_sets_each_target_beside_the_dry_run_figure(dry_run, tmp_path):
+    out, _ = dry_run
+    page = tmp_path / "gpu.md"
+    result = CliRunner().invoke(app, ["bench", "gpu-docs", str(out), "--page", str(page)])
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert "scripts/gpu_run.sh" in text and "CPU dry run" in text
+    table = text.split("## Targets")[1].split("## Stages")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "verdict" not in line]
+    assert len(rows) == len(gpu_docs.TARGETS)
+    assert all(line.count("|") == 5 for line in rows), "no cell breaks the table"
+    forward = next(line for line in rows if line.startswith("| forward inference"))
+    assert forward.rstrip(" |").endswith("missed"), "a tiny CPU model does not reach 0.9M tokens/s"
+    assert "| serve |" not in text.split("## Stages")[1], "not in this run"
+    assert "not measured" in next(line for line in rows if line.startswith("| neoembed contrastive"))
+
+
+def test_mfu_over_100_percent_is_flagged_as_a_measurement_error(tmp_path):
+    stage = tmp_path / "pretrain"
+    stage.mkdir()
+    result = {"name": "pretrain", "status": "passed", "figures": {"mfu": 1.395, "tokens_per_s": 1e6}}
+    (stage / "stage.json").write_text(json.dumps(result))
+    verdict = gpu_docs.training_mfu(gpu_docs.Results(tmp_path))
+    assert verdict.met is None and "measurement error" in verdict.measured
+    result["figures"]["mfu"] = 0.31
+    (stage / "stage.json").write_text(json.dumps(result))
+    assert gpu_docs.training_mfu(gpu_docs.Results(tmp_path)).met is True
+
+
+def test_a_stage_over_its_limit_is_killed_and_one_missing_a_package_is_skipped(tmp_path, monkeypatch):
+    sleeper = gpu_stages.Stage(
+        "sleep", "sleeps", tmp_path / "sleep", ("timeit", "-n1", "import time; time.sleep(60)")
+    )
+    result = gpu.run_stage(sleeper, timeout=1.0)
+    assert result.status == "timeout" and result.seconds < 30
+    monkeypatch.setattr(gpu, "find_spec", lambda module: None)
+    skipped = gpu.run_stage(replace(sleeper, needs=("fastapi",)), timeout=60)
+    assert skipped.status == "skipped" and "neoembed[serve]" in skipped.reason
+    assert not (tmp_path / "sleep" / "recipe.yaml").exists()
+
+
+@pytest.mark.slow
+def test_a_dry_run_of_every_stage_passes_or_says_why_not(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "gpu", "--dry-run", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    for stage in json.loads((tmp_path / "gpu.json").read_text())["stages"]:
+        assert stage["status"] in ("passed", "skipped"), stage
+        assert stage["status"] == "passed" or stage["reason"]
+    assert Path(tmp_path / "serve" / "serve.json").is_file()
+
+
+def test_the_committed_page_is_the_one_the_committed_results_give():
+    """docs/benchmarks/gpu.md is generated: rebuild it with `neoembed bench gpu-docs docs/benchmarks/gpu`."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "benchmarks" / "gpu.md").read_text()
+    assert page == gpu_docs.render(gpu_docs.Results(root / "docs" / "benchmarks" / "gpu"))
+
+
+@pytest.mark.slow  # also run by the full dry run, as its serve-openai stage
+def test_bench_openai_serves_the_openai_client_and_reports_its_ratio(tmp_path):
+    args = ["bench", "openai", "--texts", "32", "--clients", "2", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "openai.json").read_text())
+    direct, served = report["rows"]
+    assert served["texts/s"] > 0 and report["ratio"] == pytest.approx(served["texts/s"] / direct["texts/s"])
+    assert "openai clients" in served["path"] and served["p95 ms"] >= served["p50 ms"] > 0
+    verdict = gpu_docs.openai_ratio(gpu_docs.Results(tmp_path.parent / "missing"))
+    assert verdict.met is None
