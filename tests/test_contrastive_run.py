@@ -130,6 +130,7 @@ def test_every_held_out_set_is_scored_before_during_and_after_training(tmp_path,
     result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path)])
     assert result.exit_code == 0, result.output
     summary = ContrastiveResult.read(run / "summary.json")
+    assert (run / "curves.png").stat().st_size > 10_000, "the curves beside the summary"
 
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if "eval_foldoc_cosine_ndcg@10" in line]

@@ -80,6 +80,7 @@ from neoembed.cli import (  # noqa: E402
     pretrain,
     quickstart,
     recipes,
+    runs,
     search,
     serve,
 )
@@ -97,5 +98,6 @@ app.add_typer(index.app, name="index", cls=CommandGroup)
 app.command("search")(search.search)
 app.command("serve")(serve.serve)
 app.add_typer(export.app, name="export", cls=CommandGroup)
+app.add_typer(runs.app, name="runs", cls=CommandGroup)
 app.command()(quickstart.quickstart)
 app.add_typer(bench.app, name="bench", cls=CommandGroup)

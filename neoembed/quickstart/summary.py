@@ -8,6 +8,7 @@ from rich.console import Console
 
 from neoembed.contrastive import relative_change
 from neoembed.quickstart.steps import Finished
+from neoembed.training import CURVES_FILE
 
 
 def format_searches(searches: list[dict], shown: int = 3) -> str:
@@ -25,6 +26,11 @@ def format_searches(searches: list[dict], shown: int = 3) -> str:
             mark = "  <=" if hit["id"] == search["expected"] else ""
             lines.append(f"  {hit['rank']}. {hit['score']:.3f}  {hit['text'][:100]}{mark}")
     return "\n".join(lines)
+
+
+def _curves_link(run: str) -> str:
+    """A markdown link to a training run's curves.png (loss, learning rate, gradient norm, held-out metric)."""
+    return f"[{run}/{CURVES_FILE}]({run}/{CURVES_FILE})"
 
 
 def _fine_tuning_table(results: dict[str, Finished]) -> list[str]:
@@ -60,7 +66,10 @@ def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
         ),
         (
             "pretrain",
-            [f"Held-out MLM loss ({losses}); the model is `neobert-pretrained/`."],
+            [
+                f"Held-out MLM loss ({losses}); the model is `neobert-pretrained/`. "
+                f"Curves: {_curves_link('pretrain')}."
+            ],
         ),
         (
             "neobert-embed",
@@ -71,6 +80,10 @@ def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
                 "a source the training data never came from:",
                 "",
                 *_fine_tuning_table(results),
+                "",
+                "Curves: "
+                + ", ".join(_curves_link(f"contrastive/{name}") for name in ("neobert-embed", "minilm-embed"))
+                + ".",
             ],
         ),
         ("minilm-embed", ["See the table above; the export is `minilm-embed/`."]),
