@@ -52,7 +52,12 @@ def _fine_tuning_table(results: dict[str, Finished]) -> list[str]:
     return lines
 
 
-def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
+def serve_command(run_dir: Path, manifest: dict) -> str:
+    """The command that serves the quickstart's index with the model that built it, search page at /."""
+    return f"neoembed serve --model {manifest['model']} --index {run_dir / 'index'}"
+
+
+def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, list[str]]]:
     data, pretrain, index = results["data"].result, results["pretrain"].result, results["index"].result
     manifest, tuning = index.manifest, index.manifest["tuning"]
     losses = ", ".join(f"step {step}: {loss}" for step, loss in pretrain.heldout_loss)
@@ -107,6 +112,13 @@ def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
                 "```",
                 format_searches(index.searches),
                 "```",
+                "",
+                "Search it in a browser: run the command below, then open http://127.0.0.1:8000/ "
+                "(type a query; the hits come with their scores, the model, index type and latency).",
+                "",
+                "```",
+                serve_command(run_dir, manifest),
+                "```",
             ],
         ),
         (
@@ -131,7 +143,7 @@ def write_summary(run_dir: Path, results: dict[str, Finished], console: Console)
         f"Run directory `{run_dir}`; the steps took {minutes:.1f} min in all (re-runs skip finished steps).",
         "",
     ]
-    for number, (name, body) in enumerate(_sections(results), start=1):
+    for number, (name, body) in enumerate(_sections(results, run_dir), start=1):
         record = results[name]
         lines += [f"## {number}. {name} ({record.seconds:.0f} s)", ""]
         lines += ["```", *record.commands, "```", ""] if record.commands else []
