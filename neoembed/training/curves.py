@@ -75,6 +75,7 @@ def _headline_metrics(keys: set[str]) -> set[str]:
 def plot_runs(runs: list[RunCurves], out: Path) -> Path:
     """One panel per series kind, each run's metrics drawn in it, written to `out` (PNG, atomically)."""
     from matplotlib.figure import Figure  # a figure without pyplot: no GUI backend, no global state
+    from matplotlib.ticker import MaxNLocator
 
     order = [*TRAINING_PANELS.values(), HELD_OUT_LOSS, HELD_OUT_SCORE]
     titles = [title for title in order if any(title in run.panels for run in runs)]
@@ -106,6 +107,7 @@ def plot_runs(runs: list[RunCurves], out: Path) -> Path:
                 )
         ax.set_title(title)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if title == "learning rate":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
