@@ -25,7 +25,9 @@ RECIPE_VERBS: dict[str, type[BaseModel]] = {
     "glue": GlueSettings,
 }
 
-app = typer.Typer(help="The packaged recipes: list them, show one, diff two.")
+app = typer.Typer(
+    help="The packaged recipes: alone, list them; `show NAME` prints one, `diff A B` compares two."
+)
 console = Console()
 
 
