@@ -592,7 +592,7 @@ def test_auto_base_weight_is_chosen_on_the_selection_split_and_recorded(tmp_path
     # the 8 selection rows of each source (and rows sharing their texts) left training
     recorded = json.loads((run / "summary.json").read_text())
     assert recorded["selection"] == curve
-    assert "- alpha: 40 rows" in card and "- beta: 16 rows" in card
+    assert "| alpha | 40 |\n| beta | 16 |" in card
 
 
 @pytest.mark.parametrize(
