@@ -52,7 +52,7 @@ lock: setup
 	$(PY) -m pip install -q uv
 	echo "torch==2.13.0+cpu" > $(VENV)/torch-cpu.txt
 	DS_BUILD_OPS=0 $(VENV)/bin/uv pip compile pyproject.toml --extra serve --extra embedded --extra dev \
-		--extra deepspeed --upgrade \
+		--extra deepspeed --extra tensorboard --upgrade \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		--find-links $(TORCH_WHEELS) --constraint $(VENV)/torch-cpu.txt --no-emit-package torch \
 		--custom-compile-command "make lock" --output-file constraints.txt

@@ -8,6 +8,9 @@ validation error into one message that names the file and each bad field.
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -64,20 +67,25 @@ class StrictSettings(BaseModel):
             return cls.model_validate({**data, **fields})
         except ValidationError as err:
             first = ".".join(str(p) for p in err.errors()[0]["loc"]) or None
-            raise InputError(f"{cls.__name__}: {describe_validation_error(err)}", param=first) from None
+            raise InputError(
+                f"{cls.__name__}: {describe_validation_error(err, model=cls)}", param=first
+            ) from None
 
 
 def describe_validation_error(
-    err: ValidationError, label: Callable[[tuple], str | None] | None = None
+    err: ValidationError,
+    label: Callable[[tuple], str | None] | None = None,
+    model: type[BaseModel] | None = None,
 ) -> str:
-    """`field a.b: unknown field; field c: Input should be a valid integer` for each problem.
+    """`field a.b: unknown field (did you mean: c?); field c: Input should be a valid integer` for each problem.
 
     `label` names a field's location another way (the CLI passes its flag, `--max-rows`); where it gives
-    None, a check of the whole settings, the message stands alone."""
+    None, a check of the whole settings, the message stands alone. With `model`, the settings validated, an
+    unknown field is told the nearest valid names of its section (or all of them when none is near)."""
 
     def short(error: dict) -> str:
         if error["type"] == "extra_forbidden":
-            return "unknown field"
+            return "unknown field" + _nearest_names(model, error["loc"])
         return error["msg"].removeprefix("Value error, ")
 
     def where(loc: tuple) -> str | None:
@@ -93,6 +101,43 @@ def describe_validation_error(
         else:
             problems.append(f"{name}: {short(error)}" if name else short(error))
     return "; ".join(problems)
+
+
+def _nearest_names(model: type[BaseModel] | None, loc: tuple) -> str:
+    """` (did you mean: a, b?)` from the valid names beside the unknown field at `loc`; `` without a model."""
+    section = _section_at(model, loc[:-1]) if model is not None else None
+    if section is None:
+        return ""
+    valid = list(section.model_fields)
+    near = difflib.get_close_matches(str(loc[-1]), valid, n=3, cutoff=0.6)
+    return f" (did you mean: {', '.join(near)}?)" if near else f" (valid: {', '.join(valid)})"
+
+
+def _section_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
+    """The settings class at `loc` inside `model` (list indices and mapping keys stepped over), or None."""
+    node: Any = model
+    for part in loc:
+        node = section_model(node) or node
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(part))
+            if field is None:
+                return None
+            node = field.annotation
+        else:  # a list item or a mapping's value: `part` is its index or key
+            args = typing.get_args(node)
+            node = args[-1] if args else None
+    return section_model(node)
+
+
+def section_model(annotation: Any) -> type[BaseModel] | None:
+    """The settings class a field's annotation holds (`LoraSettings | None` -> LoraSettings), or None for a
+    value field (a list of sections included: its items are values of the field)."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        models = [a for a in typing.get_args(annotation) if section_model(a) is not None]
+        return section_model(models[0]) if len(models) == 1 else None
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -163,7 +208,9 @@ def load_recipe(
     except ValidationError as err:
         where = str(path) if path is not None else "settings"
         first = ".".join(str(p) for p in err.errors()[0]["loc"]) or None
-        raise RecipeError(f"{where}: {describe_validation_error(err)}", param=first) from None
+        raise RecipeError(
+            f"{where}: {describe_validation_error(err, model=settings_cls)}", param=first
+        ) from None
 
 
 def dump_recipe(settings: BaseModel, path: Path) -> None:

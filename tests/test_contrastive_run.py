@@ -130,6 +130,7 @@ def test_every_held_out_set_is_scored_before_during_and_after_training(tmp_path,
     result = CliRunner().invoke(app, ["contrastive", "--recipe", str(path)])
     assert result.exit_code == 0, result.output
     summary = ContrastiveResult.read(run / "summary.json")
+    assert (run / "curves.png").stat().st_size > 10_000, "the curves beside the summary"
 
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if "eval_foldoc_cosine_ndcg@10" in line]
@@ -144,9 +145,12 @@ def test_every_held_out_set_is_scored_before_during_and_after_training(tmp_path,
     assert f"held-out foldoc: ndcg@10 {before:.4f} -> {after:.4f} (" in result.output
 
     card = (Path(summary.export) / "README.md").read_text()
-    assert "- foldoc: a computing term -> its FOLDOC definition: a source no training build reads" in card
+    assert (
+        "- foldoc (held-out source): a computing term -> its FOLDOC definition: a source no training build reads"
+        in card
+    )
     assert "(6 queries, 20 documents)" in card
-    assert f"| foldoc | after fine-tuning | {after:.4f} |" in card
+    assert f"| foldoc (held-out source) | after fine-tuning | {after:.4f} |" in card
     assert_card_states_the_run(Path(summary.export), summary, build)
 
     # A resumed run states the scores before training from its step-0 line ...
@@ -206,7 +210,7 @@ def test_neobert_export_loads_with_neoembed_and_with_remote_code_without_it(tmp_
     config = json.loads((export / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling.NeoBERTModel"
     card = (export / "README.md").read_text()
-    assert "**2 steps**" in card and str(base) in card and "alpha: 48 rows" in card
+    assert "**2 steps**" in card and str(base) in card and "| alpha | 48 |" in card
 
     from sentence_transformers import SentenceTransformer
 
@@ -386,13 +390,16 @@ def assert_card_states_the_run(export: Path, summary, build: Path) -> None:
     )
     assert "### Training Hyperparameters" in text and "text_key" not in text  # keys are no model input
     assert f"for **{summary.steps} steps**" in text and f"Records: `{build}`" in text
-    assert "- alpha: 48 rows\n- beta: 24 rows" in text
-    for name, after in summary.eval_after.items():
-        before = summary.eval_before[name]
+    assert "| alpha | 48 |\n| beta | 24 |\n| **total** | **72** |" in text
+    assert "Input limit:" in text and "with seed 0" in text and "### Recipe (seed 0)" in text
+    for set_name, after in summary.eval_after.items():
+        before = summary.eval_before[set_name]
+        # The builds here hold sources alpha and beta: the WordNet and FOLDOC sets come from held-out sources.
+        name = set_name if set_name in ("alpha", "beta") else f"{set_name} (held-out source)"
         assert f"| {name} | before fine-tuning | {before['ndcg@10']:.4f} | {before['recall@1']:.4f} |" in text
         assert f"| {name} | after fine-tuning | {after['ndcg@10']:.4f} | {after['recall@1']:.4f} |" in text
         assert f"| {name} | relative change | " in text
-    recipe_yaml = text.split("### Recipe\n```yaml\n", 1)[1].split("```", 1)[0]
+    recipe_yaml = text.split("### Recipe (seed 0)\n```yaml\n", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(recipe_yaml)["train"]["max_steps"] == summary.steps
 
 
@@ -420,11 +427,35 @@ def test_the_card_puts_before_and_after_side_by_side_per_set_and_marks_a_drop(tm
     before = {"wordnet": {"ndcg@10": 0.343}, "foldoc": {"ndcg@10": 0.684}}  # issue 17's numbers
     after = {"wordnet": {"ndcg@10": 0.351}, "foldoc": {"ndcg@10": 0.657}}
     heldout = {"wordnet": "WordNet examples", "foldoc": "FOLDOC terms"}
-    section = neoembed_section(training_facts(settings, model, {}, 119, before, after, heldout), {})
-    assert "| foldoc | before fine-tuning | 0.6840 | - | - | - |" in section
-    assert "| foldoc | after fine-tuning | 0.6570 | - | - | - |" in section
-    assert "| foldoc | relative change | **-3.9%** | - | - | - |" in section
+    facts = training_facts(settings, model, {"wordnet": range(8)}, 119, before, after, heldout)
+    section = neoembed_section(facts, {})
+    assert "| foldoc (held-out source) | before fine-tuning | 0.6840 | - | - | - |" in section
+    assert "| foldoc (held-out source) | after fine-tuning | 0.6570 | - | - | - |" in section
+    assert "| foldoc (held-out source) | relative change | **-3.9%** | - | - | - |" in section
     assert "| wordnet | relative change | +2.3% | - | - | - |" in section
+
+
+def test_the_card_marks_held_out_sources_and_states_seed_precision_and_input_limit(tmp_path, minilm_path):
+    from neoembed.contrastive.model import build_model
+    from neoembed.contrastive.model_card import neoembed_section, training_facts
+
+    settings = ContrastiveSettings.model_validate(
+        {"data": {"path": "d"}, "train": {"seed": 7, "precision": "fp32"}}
+    )
+    model = build_model(str(tiny_encoder_dir(tmp_path, minilm_path)), "mean", 24)
+    scores = {"wordnet": {"ndcg@10": 0.3}, "foldoc": {"ndcg@10": 0.6}}
+    heldout = {"wordnet": "WordNet examples", "foldoc": "FOLDOC terms"}
+    facts = training_facts(
+        settings, model, {"wordnet": range(30), "qqp": range(12)}, 5, scores, scores, heldout
+    )
+    assert facts.heldout_sources == ["foldoc"], "WordNet trained; FOLDOC never does"
+    section = neoembed_section(facts, {})
+    assert "| foldoc (held-out source) | after fine-tuning | 0.6000 |" in section
+    assert "| wordnet | after fine-tuning | 0.3000 |" in section
+    assert "| wordnet | 30 |\n| qqp | 12 |\n| **total** | **42** |" in section
+    assert "**Input limit:\n24 tokens**" in section
+    assert "Trained in\nfp32 with seed 7; the exported weights are float32." in section
+    assert "### Recipe (seed 7)" in section
 
 
 DDP_WORKER = """
@@ -561,7 +592,7 @@ def test_auto_base_weight_is_chosen_on_the_selection_split_and_recorded(tmp_path
     # the 8 selection rows of each source (and rows sharing their texts) left training
     recorded = json.loads((run / "summary.json").read_text())
     assert recorded["selection"] == curve
-    assert "- alpha: 40 rows" in card and "- beta: 16 rows" in card
+    assert "| alpha | 40 |\n| beta | 16 |" in card
 
 
 @pytest.mark.parametrize(

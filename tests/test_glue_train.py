@@ -92,6 +92,7 @@ def test_classification_and_regression_beat_the_baselines(tiny_neobert, glue_dir
 
     log = [json.loads(line) for line in (tmp_path / "stsb" / "bs8-lr0.002-wd0.01" / "metrics.jsonl").open()]
     assert any("eval_pearson" in entry for entry in log) and any("loss" in entry for entry in log)
+    assert (tmp_path / "stsb" / "bs8-lr0.002-wd0.01" / "curves.png").exists(), "beside the run's result"
 
 
 def test_mnli_transfer(tiny_neobert, glue_dir, tmp_path):

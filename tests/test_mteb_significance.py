@@ -127,3 +127,35 @@ def test_task_level_bootstrap_when_a_task_has_no_predictions():
     average = diffs["Average"]
     assert (average.method, average.n) == ("tasks", 2)
     assert average.difference == pytest.approx(0.1)
+
+
+def test_chosen_pairs_compare_each_model_with_its_own_baseline_and_best(run, tmp_path):
+    """`--compare MODEL:BASELINE`: e.g. a fine-tuned model against its own base, bm25 against the best."""
+    from mteb import ResultCache
+
+    from neoembed.errors import InputError
+    from neoembed.evaluation.runner import check_pairs, compare_cached, summarize_cached
+    from neoembed.evaluation.summary import plot_summary, to_markdown
+    from neoembed.evaluation.tasks import select_tasks
+
+    out, specs, _ = run
+    summary = summarize_cached(specs, select_tasks(TASKS), ResultCache(out))
+    pairs = ["minilm-noisy:all-MiniLM-L6-v2#2", "all-MiniLM-L6-v2:best"]
+    summary.differences = compare_cached(specs, summary, ResultCache(out), pairs, n_resamples=200)
+    # The noisy copy scores below both identical models, so the best other model is the identical copy.
+    assert summary.compared_pairs() == [
+        ("minilm-noisy", "all-MiniLM-L6-v2#2"),
+        ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2#2"),
+    ]
+    assert summary.difference(("minilm-noisy", "all-MiniLM-L6-v2#2"), "Average").difference < 0
+    assert summary.difference(("all-MiniLM-L6-v2", "all-MiniLM-L6-v2#2"), "Average").difference == 0
+    markdown = to_markdown(summary)
+    assert "Paired differences against all-MiniLM-L6-v2#2:" in markdown
+    assert "| Task | minilm-noisy - all-MiniLM-L6-v2#2 | all-MiniLM-L6-v2 - all-MiniLM-L6-v2#2 |" in markdown
+    plot_summary(summary, tmp_path / "pairs.png")
+    assert (tmp_path / "pairs.png").stat().st_size > 10_000
+    # A label that is no evaluated model is refused before any work, naming the models.
+    with pytest.raises(InputError, match="'bm25' is not another evaluated model.*minilm-noisy"):
+        check_pairs(["bm25:best"], [s.label for s in specs])
+    with pytest.raises(InputError, match="--compare minilm-noisy:minilm-noisy"):
+        check_pairs(["minilm-noisy:minilm-noisy"], [s.label for s in specs])

@@ -88,3 +88,27 @@ def test_written_markdown_csv_and_chart(summary, tmp_path):
     assert float(overall["model-a"]["score"]) == pytest.approx(56.375)
     assert (overall["model-b"]["n_scored"], overall["model-b"]["n_tasks"]) == ("3", "4")
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pairs_with_their_own_baselines_are_tabled_and_drawn_as_such(tmp_path):
+    """The quickstart's question: each fine-tuned model against its own base, not against the first model."""
+    from neoembed.evaluation.runner import comparison_pairs
+    from neoembed.evaluation.significance import Difference
+    from neoembed.evaluation.summary import Row, Summary, plot_summary, to_markdown
+
+    models = ["neo", "neo-embed", "mini", "mini-embed", "bm25"]
+    overall = {"neo": 0.2, "neo-embed": 0.5, "mini": 0.6, "mini-embed": 0.7, "bm25": 0.4}
+    summary = Summary(models, [Row("T", "Retrieval", ())], {m: {"T": overall[m]} for m in models})
+    pairs = comparison_pairs(["neo-embed:neo", "mini-embed:mini", "bm25:best"], summary)
+    assert pairs == [("neo-embed", "neo"), ("mini-embed", "mini"), ("bm25", "mini-embed")]
+    assert comparison_pairs([], summary)[:2] == [("neo-embed", "neo"), ("mini", "neo")], "default: the first"
+
+    summary.differences = [
+        Difference(m, b, "Average", overall[m] - overall[b], None, None, None, "scores", 0) for m, b in pairs
+    ]
+    markdown = to_markdown(summary)
+    assert "Paired differences, each model against its baseline:" in markdown
+    assert "| Task | neo-embed - neo | mini-embed - mini | bm25 - mini-embed |" in markdown
+    assert "| Average | +30.00 (no interval) | +10.00 (no interval) | -30.00 (no interval) |" in markdown
+    plot_summary(summary, tmp_path / "pairs.png")
+    assert (tmp_path / "pairs.png").stat().st_size > 5_000

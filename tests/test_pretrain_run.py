@@ -1,5 +1,6 @@
 """`neoembed pretrain` end to end on tiny local corpora: outputs, exact resume after SIGKILL, bad input."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -84,6 +85,9 @@ def test_a_run_writes_a_loadable_model_metrics_and_rotated_checkpoints(tmp_path)
     assert all(0.5 < r["packing_efficiency"] <= 1 for r in train_logs), "packed rows are (nearly) full"
     assert sum(1 for r in records if "eval_loss" in r) == 2
     assert train_logs[-1]["loss"] < train_logs[0]["loss"]
+    assert (run / "curves.png").stat().st_size > 10_000, "the curves are drawn when training ends"
+    if importlib.util.find_spec("tensorboard"):  # neoembed[tensorboard]: the Trainer reports to it
+        assert list(run.glob("runs/*/events.out.tfevents.*"))
 
 
 def test_a_run_killed_with_sigkill_resumes_on_the_same_loss_curve(tmp_path):

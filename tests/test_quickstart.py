@@ -40,6 +40,12 @@ def test_every_step_runs_and_the_summary_reports_them(smoke_run):
     assert any(s["rank"] == 1 for s in searches)
     assert "dimension: 128" in summary
     assert "$ neoembed build-data" in output  # the commands are shown as a user would type them
+    # the command that opens the search page on the WordNet index
+    assert f"neoembed serve --model {run_dir / 'minilm-embed'} --index {run_dir / 'index'}" in summary
+    # every training run drew its curves, and the summary links each
+    for run in ("pretrain", "contrastive/neobert-embed", "contrastive/minilm-embed"):
+        assert f"[{run}/curves.png]({run}/curves.png)" in summary
+        assert (run_dir / run / "curves.png").stat().st_size > 10_000
 
 
 def test_a_rerun_skips_every_finished_step(smoke_run):

@@ -211,6 +211,18 @@ def test_search_without_an_index_says_how_to_load_one(url):
     assert "--index" in error["message"]
 
 
+def test_the_search_page_is_served_at_the_root_and_calls_the_servers_routes(url, tight_url):
+    page = httpx.get(f"{url}/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert '<input id="q"' in html, "a query box"
+    assert 'call("/search", {query:' in html and 'call("/info")' in html
+    assert "data.error?.message" in html, "the server's error message is shown"
+    # The page is static and open like /health; its calls still need the key.
+    assert httpx.get(f"{tight_url}/").status_code == 200
+    assert httpx.get(f"{tight_url}/info").status_code == 401
+
+
 # --- bad input: status, envelope, and the server keeps answering -----------------------------------------
 
 VALID = {"input": "still fine", "model": "m"}

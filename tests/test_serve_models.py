@@ -2,6 +2,11 @@
 bf16. Tests that compare served vectors with fp32 `encode` to 1e-5 pin fp32; bf16 has its own tolerances."""
 
 import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -17,6 +22,7 @@ from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 from neoembed.probe import worst_cosine
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 
+CHROMIUM = shutil.which("chromium")
 DOCS = [
     ("cat", "The cat is a small domesticated carnivorous mammal.", "animals"),
     ("piano", "A piano is a keyboard instrument whose strings are struck by hammers.", "music"),
@@ -72,6 +78,50 @@ def test_search_returns_ranked_documents_with_metadata(index_dir, minilm_path, m
         assert hits[0]["score"] == pytest.approx(float(query @ doc), abs=1e-4)
         bad = httpx.post(f"{base}/search", json={"query": "x", "k": 0})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "k"
+
+
+def rendered(url: str, *, screenshot: Path | None = None) -> str:
+    """The page at `url` as headless Chromium leaves it once its scripts ran (or a screenshot of it)."""
+    what = [f"--screenshot={screenshot}", "--window-size=1000,640"] if screenshot else ["--dump-dom"]
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000", *what, url]
+    return subprocess.run([CHROMIUM, *args], capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def text_of(html: str, element_id: str) -> str:
+    match = re.search(rf'id="{element_id}"[^>]*>(.*?)</(p|ol)>', html, re.DOTALL)
+    assert match, f"no #{element_id} in the page"
+    return re.sub(r"<[^>]+>", " ", match.group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_the_search_page_shows_hits_and_the_servers_errors_in_a_real_browser(
+    index_dir, minilm_path, tmp_path
+):
+    """Headless Chromium loads / with a query in its address (selenium is not installed here to type one):
+    the page submits it to /search, then lists the hits with their scores and text, and the model, index
+    type and latency; an empty query shows the server's own error message."""
+    settings = ServeSettings(model=str(minilm_path), index=index_dir, dtype="float32", threads=1)
+    with serve_in_thread(create_app(settings)) as base:
+        query = "lava and eruptions"
+        expected = httpx.post(f"{base}/search", json={"query": query, "k": 10}).json()["results"][0]["hits"]
+        html = rendered(f"{base}/?q={quote(query)}")
+        about = text_of(html, "about")
+        assert f"model {minilm_path.name}" in about and "index Flat (cosine, 6 documents)" in about
+        assert re.fullmatch(r"\s*6 hits in \d+ ms \(model .+\)\s*", text_of(html, "status"))
+        hits = re.findall(r'class="score">([-0-9.]+)</span><span><span class="text">(.*?)</span>', html)
+        assert hits == [(f"{h['score']:.3f}", h["text"]) for h in expected]
+        assert "volcano" in hits[0][1]
+
+        error = httpx.post(f"{base}/search", json={"query": ""}).json()["error"]["message"]
+        empty = rendered(f"{base}/?q=")
+        assert 'id="status" class="error"' in empty
+        assert text_of(empty, "status").strip() == f"400: {error}"
+        assert 'class="hit"' not in empty
+
+        shot = tmp_path / "search-page.png"
+        rendered(f"{base}/?q={quote(query)}", screenshot=shot)
+        assert shot.stat().st_size > 10_000
 
 
 def test_a_bf16_model_serves_unit_vectors_close_to_fp32_next_to_its_index(index_dir, minilm_path, minilm):

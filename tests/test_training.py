@@ -3,6 +3,7 @@ recipe-checked resume."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -12,6 +13,9 @@ from transformers import TrainerControl, TrainerState
 
 from neoembed.recipes import RecipeError, StrictSettings
 from neoembed.training import MetricsLog, TrainingDiverged, check_resume_compatible
+
+# Curves go to TensorBoard exactly where it is installed (neoembed[tensorboard]).
+TENSORBOARD = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
 
 
 def log(callback: MetricsLog, output_dir: Path, logs: dict, step: int, main: bool = True) -> None:
@@ -76,7 +80,7 @@ def test_the_three_trainers_speak_one_vocabulary_mapped_once(tmp_path, cpu_bf16)
             0.5,
         )
         assert (args.seed, args.gradient_accumulation_steps) == (7, 2)
-        assert args.report_to == [] and args.dataloader_num_workers == 0
+        assert args.report_to == TENSORBOARD and args.dataloader_num_workers == 0
     assert contrastive.bf16 is pretrain.bf16 is cpu_bf16  # precision auto: bf16 where the CPU has units
     assert not glue.bf16  # GLUE's default is fp32
     assert pretrain.output_dir == str(tmp_path / "p") and glue.output_dir == str(tmp_path / "g")

@@ -90,21 +90,25 @@ from neoembed.cli import (  # noqa: E402
     mteb_eval,
     pretrain,
     quickstart,
+    recipes,
+    runs,
     search,
     serve,
 )
-from neoembed.cli.options import RECIPE_OVERRIDES  # noqa: E402
+from neoembed.cli.options import RECIPE_COMMAND  # noqa: E402
 
 app.command()(info.info)
 app.command()(encode.encode)
-app.command(context_settings=RECIPE_OVERRIDES)(pretrain.pretrain)
+app.command(**RECIPE_COMMAND)(pretrain.pretrain)
 app.command("build-data")(build_data.build_data)
-app.command(context_settings=RECIPE_OVERRIDES)(contrastive.contrastive)
+app.command(**RECIPE_COMMAND)(contrastive.contrastive)
 app.command("mteb-eval")(mteb_eval.mteb_eval)
-app.command("glue", context_settings=RECIPE_OVERRIDES)(glue.glue)
+app.command("glue", **RECIPE_COMMAND)(glue.glue)
+app.add_typer(recipes.app, name="recipes", cls=CommandGroup)
 app.add_typer(index.app, name="index", cls=CommandGroup)
 app.command("search")(search.search)
 app.command("serve")(serve.serve)
 app.add_typer(export.app, name="export", cls=CommandGroup)
+app.add_typer(runs.app, name="runs", cls=CommandGroup)
 app.command()(quickstart.quickstart)
 app.add_typer(bench.app, name="bench", cls=CommandGroup)

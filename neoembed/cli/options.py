@@ -27,12 +27,17 @@ import typer
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+from neoembed.cli.recipe_fields import RecipeBinding, RecipeCommand
 from neoembed.errors import InputError
 from neoembed.packaged import recipe_names, resolve_recipe
 from neoembed.recipes import apply_overrides, describe_validation_error, load_recipe, parse_overrides
 
-# Verbs that take `--section.field value` recipe overrides beyond their declared options.
-RECIPE_OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+# How recipe verbs are registered: `--section.field value` overrides beyond their declared options, and a
+# help that lists every recipe field.
+RECIPE_COMMAND = {
+    "cls": RecipeCommand,
+    "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
+}
 
 _SIMPLE_TYPES = (bool, int, float, str, Path)
 
@@ -95,7 +100,7 @@ def recipe_options(
 ):
     """Give the command `--recipe`, `--section.field value` overrides and shortcut flags for recipe fields.
 
-    Register the command with `context_settings=RECIPE_OVERRIDES` so the overrides reach it."""
+    Register the command with `**RECIPE_COMMAND`, so the overrides reach it and its help lists every field."""
 
     def decorate(command):
         required = default_recipe is None
@@ -122,7 +127,9 @@ def recipe_options(
             overrides.update(parse_overrides(values.pop("ctx").args))
             return load_recipe(resolve_recipe(values.pop("recipe")), settings_cls, overrides)
 
-        return _wrap(command, [context, recipe, *options], build)
+        run = _wrap(command, [context, recipe, *options], build)
+        run.recipe_binding = RecipeBinding(settings_cls, default_recipe)
+        return run
 
     return decorate
 
@@ -140,7 +147,8 @@ def validate_options(settings_cls: type[BaseModel], data: dict, flags: typing.Se
     except ValidationError as err:
         first = err.errors()[0]["loc"]
         raise InputError(
-            describe_validation_error(err, label=lambda loc: flag_of(tuple(loc))), param=flag_of(tuple(first))
+            describe_validation_error(err, label=lambda loc: flag_of(tuple(loc)), model=settings_cls),
+            param=flag_of(tuple(first)),
         ) from None
 
 

@@ -11,16 +11,17 @@ usage, distillation from a teacher, and the recipe, as one "Training with neoemb
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from neoembed.contrastive.distill import BASE_TEACHER, teacher_name
 from neoembed.contrastive.result import relative_change
-from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.contrastive.settings import ContrastiveSettings, EvalSettings
 from neoembed.data import leakage_summary
 from neoembed.embedder import MINILM_ALIASES
+from neoembed.precision import resolve_precision
 
 SECTION_BEFORE = "\n## Training Details\n"  # the library template's heading our section goes in front of
 
@@ -54,6 +55,10 @@ class TrainingFacts:
     distillation: str | None = None  # e.g. "from **teacher** (weight 1.0): what it matched"
     selection: list[dict] | None = None  # export.base_weight auto: each candidate's selection scores
     leakage: str | None = None  # the build's leakage guard: what it kept out of training
+    seed: int = 0  # train.seed: initial weights of new layers, data order, dropout
+    precision: str = "fp32"  # how training computed, e.g. "bf16 autocast over fp32 weights"
+    weight_dtype: str = "float32"  # the exported weights' dtype
+    heldout_sources: list[str] = field(default_factory=list)  # held-out sets no training row comes from
 
 
 def training_facts(
@@ -93,6 +98,10 @@ def training_facts(
         infonce_weight=settings.loss.infonce_weight,
         distillation=distillation(settings, dimension),
         leakage=leakage_summary(settings.data.path),
+        seed=settings.train.seed,
+        precision=training_precision(settings.train.precision),
+        weight_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        heldout_sources=heldout_sources(settings.eval, sources),
     )
 
 
@@ -110,6 +119,20 @@ def selection_text(curve: list[dict] | None, chosen: float) -> str:
         f"\nThe base model's share was chosen on a selection split ({groups} retrieval sets, held out of "
         f"training and of every evaluation set), mean nDCG@10 by share: {points}."
     )
+
+
+def training_precision(requested: str) -> str:
+    """How a run with `train.precision` `requested` computed on this machine, as the card states it."""
+    resolved = resolve_precision(requested)
+    mode = "bf16 autocast" if resolved.train_bf16 else "fp16 autocast" if resolved.train_fp16 else None
+    return f"{mode} over fp32 weights" if mode else "fp32"
+
+
+def heldout_sources(settings: EvalSettings, sources: dict) -> list[str]:
+    """The held-out sets whose source trained nothing (FOLDOC; a records set of an untrained source): a score
+    there measures transfer to unseen text, not only to unseen rows of a training source."""
+    source_of = {"wordnet": "wordnet", "foldoc": "foldoc", "manpages": "manpages"}
+    return [s.label for s in settings.sets if (source_of.get(s.kind) or s.source) not in sources]
 
 
 def distillation(settings: ContrastiveSettings, dimension: int) -> str | None:
@@ -165,12 +188,17 @@ def score_table(facts: TrainingFacts) -> str:
     lines = ["| held-out set | | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
     for label in facts.heldout:
         before, after = facts.before.get(label, {}), facts.after.get(label, {})
+        shown = _heldout_label(facts, label)
         for stage, values in (("before fine-tuning", before), ("after fine-tuning", after)):
             cells = [f"{values[m]:.4f}" if m in values else "-" for m in names]
-            lines.append(f"| {label} | {stage} | " + " | ".join(cells) + " |")
+            lines.append(f"| {shown} | {stage} | " + " | ".join(cells) + " |")
         cells = [_change_cell(before.get(m), after.get(m)) for m in names]
-        lines.append(f"| {label} | relative change | " + " | ".join(cells) + " |")
+        lines.append(f"| {shown} | relative change | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _heldout_label(facts: TrainingFacts, label: str) -> str:
+    return f"{label} (held-out source)" if label in facts.heldout_sources else label
 
 
 def is_hub_id(name: str) -> bool:
@@ -206,10 +234,20 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         if prompt_rows
         else "Trained without instruction prompts: encode texts as they are.\n"
     )
-    rows = "\n".join(f"- {name}: {n} rows" for name, n in facts.rows.items())
+    rows = "| source | rows |\n|---|---:|\n" + "".join(
+        f"| {name} | {n:,} |\n" for name, n in facts.rows.items()
+    )
+    rows += f"| **total** | **{sum(facts.rows.values()):,}** |"
     if facts.leakage:
         rows += f"\n\n{facts.leakage}"
-    sets = "\n".join(f"- {label}: {description}" for label, description in facts.heldout.items())
+    sets = "\n".join(
+        f"- {_heldout_label(facts, label)}: {description}" for label, description in facts.heldout.items()
+    )
+    if facts.heldout_sources:
+        sets += (
+            "\n\nA *held-out source* trained nothing: its score measures transfer to text unlike the "
+            "training data."
+        )
     evaluation = (
         f"{sets}\n\n{score_table(facts)}"
         if facts.heldout
@@ -229,8 +267,9 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
     return f"""## Training with neoembed
 
 Fine-tuned by `neoembed contrastive` from **{facts.base_model}** for **{facts.steps} steps**{lora} {objective}.
-Embeddings are {facts.dimension}-dimensional, {facts.pooling}-pooled{normalized}; inputs are truncated at
-{facts.max_seq_length} tokens (fine-tuned at {facts.max_length}).{matryoshka}{averaged}
+Embeddings are {facts.dimension}-dimensional, {facts.pooling}-pooled{normalized}. **Input limit:
+{facts.max_seq_length} tokens** (longer inputs are truncated; fine-tuned at {facts.max_length}). Trained in
+{facts.precision} with seed {facts.seed}; the exported weights are {facts.weight_dtype}.{matryoshka}{averaged}
 
 ```python
 from sentence_transformers import SentenceTransformer
@@ -241,12 +280,13 @@ model = SentenceTransformer("{facts.name}")
 {usage}
 ### Training data
 Records: `{facts.data_path}`
+
 {rows}
 
 ### Held-out evaluation
 {evaluation}
 
-### Recipe
+### Recipe (seed {facts.seed})
 ```yaml
 {recipe}
 ```

@@ -15,34 +15,51 @@ from neoembed.training import OptimSettings, TrainSettings
 class PromptSettings(StrictSettings):
     """Instruction prompts prepended to a source's texts, in training and evaluation alike."""
 
-    query: str | None = None  # None: the `default` entry's (and no prompt without one)
-    document: str | None = None  # for the positive and the hard negatives
+    query: str | None = None
+    """Prepended to queries; None: the `default` entry's (and no prompt without one)."""
+    document: str | None = None
+    """Prepended to the positive and the hard negatives; None: the `default` entry's."""
 
 
 class DataSettings(StrictSettings):
-    path: str  # a finished `neoembed build-data` output directory
-    sources: list[str] | None = None  # None: every source of the build
-    alpha: float = Field(default=0.5, ge=0.0)  # source sampled with probability ~ rows^alpha
-    max_negatives: int = Field(default=8, ge=0)  # hard-negative columns per row
-    max_rows: int | None = Field(default=None, gt=0)  # rows read per source (quick runs)
-    prompts: dict[str, PromptSettings] = Field(default_factory=dict)  # source name or `default` -> prompts
+    path: str
+    """A finished `neoembed build-data` output directory."""
+    sources: list[str] | None = None
+    """Sources of the build to train on; None: every source."""
+    alpha: float = Field(default=0.5, ge=0.0)
+    """Each step's source is sampled with probability ~ rows^alpha."""
+    max_negatives: int = Field(default=8, ge=0)
+    """Hard-negative columns used per row."""
+    max_rows: int | None = Field(default=None, gt=0)
+    """Rows read per source (quick runs); None: all."""
+    prompts: dict[str, PromptSettings] = Field(default_factory=dict)
+    """Instruction prompts by source name or `default`: {name: {query: ..., document: ...}}."""
 
 
 class LoraSettings(StrictSettings):
     """LoRA adapters (peft) instead of full fine-tuning; the export merges them into the weights."""
 
     r: int = Field(default=16, gt=0)
+    """Adapter rank."""
     alpha: float = Field(default=32.0, gt=0.0)
+    """Adapter scaling numerator (the update is scaled by alpha / r)."""
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] | None = None  # None: peft's default for the architecture, else every linear
+    """Dropout on the adapters' input."""
+    target_modules: list[str] | None = None
+    """Modules given adapters; None: peft's default for the architecture, else every linear."""
 
 
 class ModelSettings(StrictSettings):
-    base: str = "minilm"  # sentence-transformers dir, plain HF encoder dir or hub id, or minilm
-    pooling: Literal["mean", "cls", "max", "lasttoken"] = "mean"  # for plain encoders
+    base: str = "minilm"
+    """The encoder: a sentence-transformers dir, a plain HF encoder dir or hub id, or minilm."""
+    pooling: Literal["mean", "cls", "max", "lasttoken"] = "mean"
+    """Pooling of a plain encoder's token states (a sentence-transformers dir keeps its own)."""
     max_length: int = Field(default=512, gt=1)
-    trust_remote_code: bool = False  # e.g. NomicBERT; NeoBERT needs none after `import neoembed`
-    lora: LoraSettings | None = None  # None: every weight trains
+    """Tokens per text in training and evaluation (longer texts are truncated)."""
+    trust_remote_code: bool = False
+    """Run a hub model's own code (e.g. NomicBERT); NeoBERT needs none after `import neoembed`."""
+    lora: LoraSettings | None = None
+    """LoRA adapters instead of full fine-tuning; None: every weight trains."""
 
 
 class DistillSettings(StrictSettings):
@@ -50,34 +67,47 @@ class DistillSettings(StrictSettings):
     the distillation term. The teacher embeds every distinct training text once, into <train.output_dir>/teacher
     (resumed after a kill); its texts are the records' raw texts, without the student's prompts."""
 
-    # any sentence-transformers model: a directory, a hub id, or minilm; `base`: the model being fine-tuned as
-    # it was before training, which keeps its geometry (a regulariser against forgetting, with target scores)
     teacher: str = "minilm"
-    # scores: KL between the teacher's and the student's softmax over each query's in-batch candidates (the
-    # InfoNCE candidates, duplicates masked alike); embedding: the student's embedding against the teacher's
-    # (through a learned linear projection, not exported, where the dimensions differ)
+    """Any sentence-transformers model: a directory, a hub id, or minilm; `base`: the model being fine-tuned as
+    it was before training, which keeps its geometry (a regulariser against forgetting, with target scores)."""
     target: Literal["scores", "embedding"] = "scores"
+    """scores: KL between the teacher's and the student's softmax over each query's in-batch candidates (the
+    InfoNCE candidates, duplicates masked alike); embedding: the student's embedding against the teacher's
+    (through a learned linear projection, not exported, where the dimensions differ)."""
     weight: float = Field(default=1.0, gt=0.0)
-    metric: Literal["cosine", "mse"] = "cosine"  # target embedding: 1 - cosine, or mean squared error
-    temperature: float | None = Field(default=None, gt=0.0)  # target scores, both sides; None: loss's
-    max_length: int | None = Field(default=None, gt=1)  # the teacher's truncation; None: the teacher's own
-    batch_size: int = Field(default=64, gt=0)  # teacher encoding batch
-    chunk_rows: int = Field(default=4096, gt=0)  # texts embedded between two appends to the cache
+    """Weight of the distillation term in the loss."""
+    metric: Literal["cosine", "mse"] = "cosine"
+    """Target embedding: 1 - cosine, or mean squared error."""
+    temperature: float | None = Field(default=None, gt=0.0)
+    """Target scores, both sides; None: loss.temperature."""
+    max_length: int | None = Field(default=None, gt=1)
+    """The teacher's truncation; None: the teacher's own."""
+    batch_size: int = Field(default=64, gt=0)
+    """Teacher encoding batch."""
+    chunk_rows: int = Field(default=4096, gt=0)
+    """Texts embedded between two appends to the teacher cache."""
 
 
 class LossSettings(StrictSettings):
     temperature: float = Field(default=0.07, gt=0.0)
-    infonce_weight: float = Field(default=1.0, ge=0.0)  # 0 with distill: distillation alone
-    distill: DistillSettings | None = None  # None: InfoNCE alone
-    # L2 pull toward the starting weights (L2-SP, Li et al. 2018), a regulariser against forgetting: adds
-    # base_pull x the sum over trained weights of (weight - its value before training)^2. 0: off.
+    """InfoNCE scores are cosine similarities divided by this."""
+    infonce_weight: float = Field(default=1.0, ge=0.0)
+    """Weight of the InfoNCE term; 0 with distill: distillation alone."""
+    distill: DistillSettings | None = None
+    """Distillation from a teacher added to InfoNCE; None: InfoNCE alone."""
     base_pull: float = Field(default=0.0, ge=0.0)
-    symmetric: bool = False  # add the document-to-query term
-    gather: bool = True  # score against the embeddings of every rank
-    mini_batch_size: int | None = Field(default=None, gt=0)  # GradCache chunk size; None: no caching
-    # e.g. [384, 256, 128, 64]: InfoNCE summed over embeddings truncated to each size (Matryoshka); None: off
+    """L2 pull toward the starting weights (L2-SP, Li et al. 2018), a regulariser against forgetting: adds
+    base_pull x the sum over trained weights of (weight - its value before training)^2. 0: off."""
+    symmetric: bool = False
+    """Add the document-to-query term."""
+    gather: bool = True
+    """Score against the embeddings of every rank (more negatives on several devices)."""
+    mini_batch_size: int | None = Field(default=None, gt=0)
+    """GradCache chunk size (large batches in little memory); None: no caching."""
     matryoshka_dims: list[Annotated[int, Field(gt=0)]] | None = None
-    matryoshka_weights: list[float] | None = None  # one per dimension; None: 1 each
+    """e.g. [384, 256, 128, 64]: InfoNCE summed over embeddings truncated to each size (Matryoshka); None: off."""
+    matryoshka_weights: list[float] | None = None
+    """One weight per Matryoshka dimension; None: 1 each."""
 
     @model_validator(mode="after")
     def _weights_match_dims(self):
@@ -176,6 +206,7 @@ class EvalSettings(StrictSettings):
     """e.g. [wordnet, foldoc] or [{kind: records, path: P, source: S}]; [] scores nothing. The first set's
     nDCG@10 is the run's evaluation score."""
     batch_size: int = Field(default=64, gt=0)
+    """Texts per encoding batch when scoring."""
 
     @model_validator(mode="before")
     @classmethod
@@ -222,17 +253,20 @@ class SelectionSettings(StrictSettings):
 
 
 class ExportSettings(StrictSettings):
-    path: str | None = None  # None: <train.output_dir>/neobert-embed
-    # The input limit the export declares (its max_seq_length: where `encode` truncates, the longest input
-    # `neoembed serve` accepts): "train" is model.max_length, the length it was fine-tuned and evaluated at;
-    # "positions" every position the base model supports (NeoBERT's 4096); or a number of tokens.
+    path: str | None = None
+    """The sentence-transformers directory written; None: <train.output_dir>/neobert-embed."""
     max_seq_length: Literal["train", "positions"] | Annotated[int, Field(gt=1)] = "train"
-    # Weight-space ensembling (WiSE-FT): the exported weights are (1 - base_weight) x fine-tuned + base_weight x
-    # the base model's. Keeps most of the gain on the training data and the base's strength on other text.
-    # auto: the candidate of `base_weights` scoring best on the `selection` split, recorded in the run and card.
+    """The input limit the export declares (where `encode` truncates, the longest input `neoembed serve`
+    accepts): train is model.max_length, the length it was fine-tuned and evaluated at; positions every
+    position the base model supports (NeoBERT's 4096); or a number of tokens."""
     base_weight: Annotated[float, Field(ge=0.0, le=1.0)] | Literal["auto"] = 0.0
+    """Weight-space ensembling (WiSE-FT): the export is (1 - base_weight) x fine-tuned + base_weight x the
+    base model's, keeping most of the gain on the training data and the base's strength on other text; auto:
+    the candidate of base_weights scoring best on the selection split, recorded in the run and card."""
     base_weights: list[Annotated[float, Field(ge=0.0, le=1.0)]] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    """The candidates export.base_weight auto chooses from."""
     selection: SelectionSettings = Field(default_factory=SelectionSettings)
+    """The split export.base_weight auto chooses on."""
 
 
 class ContrastiveSettings(StrictSettings):

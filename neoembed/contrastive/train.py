@@ -58,6 +58,7 @@ from neoembed.training import (
     train_or_restore,
     trainer_arguments,
     world_size,
+    write_curves,
 )
 
 
@@ -365,4 +366,5 @@ def _fine_tune(settings: ContrastiveSettings) -> ContrastiveResult:
         export_model(model, export_path, facts, named)
         result.export = str(export_path)
         result.write(output_dir / "summary.json")
+        write_curves(output_dir)  # again: the final evaluation may have logged after training ended
     return result

@@ -20,6 +20,7 @@ from neoembed.mteb_setup import mteb
 from mteb import AbsTask, ResultCache, TaskResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from neoembed.errors import InputError
 from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
 from neoembed.evaluation.significance import (
     CONFIDENCE,
@@ -137,14 +138,18 @@ def run_evaluation(
     out_dir: Path,
     *,
     device: str | None = None,
+    pairs: Sequence[str] = (),
 ) -> RunReport:
-    """Evaluate every model on every task (skipping finished ones), then write the summary files. One run
-    writes an output directory at a time."""
+    """Evaluate every model on every task (skipping finished ones), then write the summary files with the
+    paired differences of `pairs` (`comparison_pairs`). One run writes an output directory at a time."""
+    check_pairs(pairs, [spec.label for spec in specs])
     with one_writer(out_dir, "mteb-eval", param="--output"):
-        return _evaluate_all(specs, tasks, settings, out_dir, device)
+        return _evaluate_all(specs, tasks, settings, out_dir, device, pairs)
 
 
-def _evaluate_all(specs, tasks, settings: EvalSettings, out_dir: Path, device: str | None) -> RunReport:
+def _evaluate_all(
+    specs, tasks, settings: EvalSettings, out_dir: Path, device: str | None, pairs: Sequence[str]
+) -> RunReport:
     cache = ResultCache(out_dir)
     outcomes: list[TaskOutcome] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -174,7 +179,7 @@ def _evaluate_all(specs, tasks, settings: EvalSettings, out_dir: Path, device: s
                 progress.advance(bar)
             del model
     summary = summarize_cached(specs, tasks, cache)
-    summary.differences = compare_cached(specs, summary, cache)
+    summary.differences = compare_cached(specs, summary, cache, pairs)
     files = write_summary(summary, out_dir)
     files.append(_write_settings(specs, tasks, settings, out_dir))
     return RunReport(outcomes, summary, files)
@@ -194,19 +199,56 @@ def summarize_cached(specs: Sequence[ModelSpec], tasks: Sequence[AbsTask], cache
     return summarize(results, tasks, not_applicable)
 
 
+def check_pairs(pairs: Sequence[str], labels: Sequence[str]) -> None:
+    """Before any work: each `MODEL:BASELINE` names two of the evaluated models' labels (BASELINE may be `best`)."""
+    for pair in pairs:
+        model, _, baseline = pair.partition(":")
+        for label in (model, baseline):
+            if (label not in labels and label != "best") or model in (baseline, "best"):
+                raise InputError(
+                    f"--compare {pair}: {label!r} is not another evaluated model; expected MODEL:BASELINE "
+                    f"(BASELINE may be 'best') of: {', '.join(labels)}",
+                    param="--compare",
+                )
+
+
+def comparison_pairs(pairs: Sequence[str], summary: Summary) -> list[tuple[str, str]]:
+    """(model, baseline) labels from `MODEL:BASELINE` entries, BASELINE `best` standing for the other model
+    with the best overall average (e.g. bm25 against the best embedder); none given: every model against
+    the first."""
+    labels = summary.models
+    if not pairs:
+        return [(label, labels[0]) for label in labels[1:]]
+    check_pairs(pairs, labels)
+    resolved = []
+    for pair in pairs:
+        model, _, baseline = pair.partition(":")
+        if baseline == "best":
+            scored = [m for m in labels if m != model and summary.overall(m).score is not None]
+            if not scored:
+                continue  # nothing scored to compare with
+            baseline = max(scored, key=lambda m: summary.overall(m).score)
+        resolved.append((model, baseline))
+    return list(dict.fromkeys(resolved))
+
+
 def compare_cached(
-    specs: Sequence[ModelSpec], summary: Summary, cache: ResultCache, n_resamples: int = N_RESAMPLES
+    specs: Sequence[ModelSpec],
+    summary: Summary,
+    cache: ResultCache,
+    pairs: Sequence[str] = (),
+    n_resamples: int = N_RESAMPLES,
 ) -> list[Difference]:
-    """Paired differences of every model against the first one, per summary row and for the average."""
+    """Paired differences of the `pairs` (`comparison_pairs`), per summary row and for the average."""
     if len(specs) < 2:
         return []
-    baseline, *others = specs
-    theirs = row_inputs(baseline, summary, cache)
+    by_label = {spec.label: spec for spec in specs}
     differences = []
-    for spec in others:
-        ours = row_inputs(spec, summary, cache)
-        pairs = {name: (ours[name], theirs[name]) for name in ours}
-        differences += compare_pair(spec.label, baseline.label, pairs, n_resamples)
+    for model, baseline in comparison_pairs(pairs, summary):
+        ours = row_inputs(by_label[model], summary, cache)
+        theirs = row_inputs(by_label[baseline], summary, cache)
+        rows = {name: (ours[name], theirs[name]) for name in ours}
+        differences += compare_pair(model, baseline, rows, n_resamples)
     return differences
 
 

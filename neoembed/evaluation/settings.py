@@ -36,4 +36,7 @@ class MtebEvalSettings(StrictSettings):
     """Torch device (default: sentence-transformers' choice)."""
     threads: int | None = Field(None, ge=1)
     """torch CPU threads (default: torch's)."""
+    compare: tuple[str, ...] = ()
+    """Repeatable MODEL:BASELINE (labels as in the table; BASELINE 'best': the best other model): the paired
+    differences tabled and drawn (default: every model against the first)."""
     protocol: EvalSettings = EvalSettings()

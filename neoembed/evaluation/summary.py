@@ -89,13 +89,17 @@ class Summary:
     rows: list[Row]
     scores: dict[str, dict[str, float | None]]  # model -> row name -> score in [0, 1]
     not_applicable: dict[str, set[str]] = field(default_factory=dict)  # model -> row names
-    differences: list[Difference] = field(default_factory=list)  # paired, each model against the first
+    differences: list[Difference] = field(default_factory=list)  # paired: model against its baseline
 
-    def compared_models(self) -> list[str]:
-        return list(dict.fromkeys(d.model for d in self.differences))
+    def compared_pairs(self) -> list[tuple[str, str]]:
+        """(model, baseline) of each comparison, in the order compared."""
+        return list(dict.fromkeys((d.model, d.baseline) for d in self.differences))
 
-    def difference(self, model: str, row: str) -> Difference | None:
-        return next((d for d in self.differences if d.model == model and d.row == row), None)
+    def baselines(self) -> list[str]:
+        return list(dict.fromkeys(baseline for _, baseline in self.compared_pairs()))
+
+    def difference(self, pair: tuple[str, str], row: str) -> Difference | None:
+        return next((d for d in self.differences if (d.model, d.baseline) == pair and d.row == row), None)
 
     def types(self) -> list[str]:
         return list(dict.fromkeys(r.type for r in self.rows))
@@ -175,13 +179,19 @@ def _difference_cell(d: Difference | None) -> str:
 
 
 def differences_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the paired comparison: per task and for the average, each model minus the first."""
-    baseline = summary.models[0]
-    models = summary.compared_models()
-    header = ["Task", *(f"{m} - {baseline}" for m in models)]
+    """Header and rows of the paired comparison: per task and for the average, each model minus its baseline."""
+    pairs = summary.compared_pairs()
+    header = ["Task", *(f"{model} - {baseline}" for model, baseline in pairs)]
     names = [r.name for r in summary.rows] + ["Average"]
-    rows = [[name, *(_difference_cell(summary.difference(m, name)) for m in models)] for name in names]
+    rows = [[name, *(_difference_cell(summary.difference(pair, name)) for pair in pairs)] for name in names]
     return header, rows
+
+
+def _differences_heading(summary: Summary) -> str:
+    baselines = summary.baselines()
+    if len(baselines) == 1:
+        return f"Paired differences against {baselines[0]}:"
+    return "Paired differences, each model against its baseline:"
 
 
 def _differences_notes(summary: Summary) -> str:
@@ -206,7 +216,7 @@ def to_markdown(summary: Summary) -> str:
     text = "\n".join(lines) + "\n\n" + NOTES + "\n"
     if summary.differences:
         header, rows = differences_table(summary)
-        lines = [f"Paired differences against {summary.models[0]}:", ""]
+        lines = [_differences_heading(summary), ""]
         lines += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         text += "\n" + "\n".join(lines) + "\n\n" + _differences_notes(summary) + "\n"
@@ -272,23 +282,25 @@ def plot_summary(summary: Summary, path: Path) -> None:
 
 
 def _plot_differences(summary: Summary, ax, names: list[str]) -> None:
-    models = summary.compared_models()
-    step = 0.8 / len(models)
-    for i, model in enumerate(models):
+    pairs = summary.compared_pairs()
+    step = 0.8 / len(pairs)
+    for i, pair in enumerate(pairs):
         ys, xs, errors = [], [], [[], []]
         for j, name in enumerate(names):
-            d = summary.difference(model, name)
+            d = summary.difference(pair, name)
             if d is None:
                 continue
-            ys.append(j + (i - (len(models) - 1) / 2) * step)
+            ys.append(j + (i - (len(pairs) - 1) / 2) * step)
             xs.append(100 * d.difference)
             errors[0].append(100 * (d.difference - d.low) if d.low is not None else 0.0)
             errors[1].append(100 * (d.high - d.difference) if d.high is not None else 0.0)
-        ax.errorbar(xs, ys, xerr=errors, fmt="o", capsize=3, label=model)
+        ax.errorbar(xs, ys, xerr=errors, fmt="o", capsize=3, label=" - ".join(pair))
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_yticks(range(len(names)), names, fontsize="small")
     ax.invert_yaxis()
-    ax.set_xlabel(f"difference x 100 vs {summary.models[0]} ({CONFIDENCE:.0%} interval)")
+    baselines = summary.baselines()
+    against = f"vs {baselines[0]}" if len(baselines) == 1 else "model - baseline"
+    ax.set_xlabel(f"difference x 100, {against} ({CONFIDENCE:.0%} interval)")
     ax.set_title("Paired differences")
     ax.legend(fontsize="small")
 

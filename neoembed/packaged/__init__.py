@@ -33,6 +33,12 @@ def recipe_names() -> list[str]:
     return sorted(path.stem for path in recipes_dir().glob("*.yaml"))
 
 
+def recipe_summary(path: Path) -> str:
+    """What a recipe is for, in one line: the first line of the comment it opens with ("" without one)."""
+    first = path.read_text(encoding="utf-8").lstrip().splitlines()[:1]
+    return first[0].lstrip("#").strip() if first and first[0].startswith("#") else ""
+
+
 def resolve_recipe(value: str | Path) -> Path:
     """A recipe file: `value` itself when it exists, else the packaged recipe it names.
 

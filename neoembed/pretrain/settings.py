@@ -13,18 +13,26 @@ from neoembed.training import OptimSettings, TrainSettings
 class CorpusSettings(StrictSettings):
     """Exactly one source: a Hugging Face dataset, local files, or the embedded WordNet text."""
 
-    dataset: str | None = None  # hub id, e.g. tiiuae/falcon-refinedweb
+    dataset: str | None = None
+    """A hub dataset id, e.g. tiiuae/falcon-refinedweb."""
     config: str | None = None
+    """The hub dataset's configuration."""
     split: str = "train"
+    """The hub dataset's split."""
     revision: str | None = None
-    streaming: bool = False  # read a hub dataset lazily (RefinedWeb-size corpora); needs max_documents
-    files: list[str] = Field(
-        default_factory=list
-    )  # local .txt (a document per line), .jsonl, .parquet; globs
-    wordnet: bool = False  # glosses and examples of WordNet's training synsets
+    """The hub dataset's revision (a commit or tag); None: the newest."""
+    streaming: bool = False
+    """Read a hub dataset lazily (RefinedWeb-size corpora); needs max_documents."""
+    files: list[str] = Field(default_factory=list)
+    """Local files or globs: .txt (a document per line), .jsonl, .parquet."""
+    wordnet: bool = False
+    """The glosses and examples of WordNet's training synsets (embedded, offline)."""
     text_column: str = "text"
+    """The column holding each document's text."""
     max_documents: int | None = Field(default=None, gt=0)
-    heldout_fraction: float = Field(default=0.02, ge=0.0, lt=1.0)  # documents kept for the held-out MLM loss
+    """Documents read; None: all."""
+    heldout_fraction: float = Field(default=0.02, ge=0.0, lt=1.0)
+    """Documents kept out of training for the held-out MLM loss."""
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -37,31 +45,41 @@ class CorpusSettings(StrictSettings):
 
 
 class ModelSettings(StrictSettings):
-    init_from: str | None = (
-        None  # a NeoBERT checkpoint directory (stage 2 starts from stage 1); None: scratch
-    )
-    config: dict[str, Any] = Field(default_factory=dict)  # NeoBERTConfig fields for a model from scratch
-    tokenizer: str | None = None  # path or hub id; None: the packaged bert-base-uncased vocabulary
-    # A sentence-transformers teacher with the tokenizer's vocabulary (a directory, hub id or minilm) whose
-    # embedding of each token, reduced by PCA, initialises a from-scratch model's word embeddings
-    # (neoembed.pretrain.teacher_embeddings); None: random word embeddings.
+    init_from: str | None = None
+    """A NeoBERT checkpoint directory to continue (stage 2 starts from stage 1); None: from scratch."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """NeoBERTConfig fields for a model from scratch; {}: the released architecture."""
+    tokenizer: str | None = None
+    """A tokenizer path or hub id; None: the packaged bert-base-uncased vocabulary."""
     embeddings_from: str | None = None
+    """A sentence-transformers teacher with the tokenizer's vocabulary (a directory, hub id or minilm) whose
+    embedding of each token, reduced by PCA, initialises a from-scratch model's word embeddings
+    (neoembed.pretrain.teacher_embeddings); None: random word embeddings."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more compute)."""
 
 
 class LengthBucket(StrictSettings):
     min_tokens: int = Field(ge=0)
+    """Documents at least this many tokens long."""
     probability: float = Field(gt=0.0, le=1.0)
+    """Chance that a batch is drawn from this bucket."""
 
 
 class DataSettings(StrictSettings):
     max_length: int = Field(default=1024, gt=8)
+    """Tokens per row (documents are truncated or packed to it)."""
     mode: Literal["packed", "padded"] = "packed"
-    batch_size: int = Field(default=8, gt=0)  # rows (packed) or documents (padded) per device micro-batch
+    """packed: documents share rows, attention confined to each; padded: a document per row (the paper's)."""
+    batch_size: int = Field(default=8, gt=0)
+    """Rows (packed) or documents (padded) per device micro-batch."""
     mask_rate: float = Field(default=0.2, gt=0.0, lt=1.0)
-    mask_mode: Literal["mask", "80-10-10"] = "mask"  # all [MASK] (the release) or BERT's 80/10/10
-    # Stage 2: each batch drawn from one bucket of documents at least min_tokens long, with these probabilities.
+    """Fraction of non-special tokens masked."""
+    mask_mode: Literal["mask", "80-10-10"] = "mask"
+    """mask: every selected token becomes [MASK] (the release); 80-10-10: BERT's."""
     length_buckets: list[LengthBucket] = Field(default_factory=list)
+    """Stage 2: each batch drawn from one bucket of documents at least min_tokens long, with these
+    probabilities, e.g. [{min_tokens: 0, probability: 0.2}, ...]; []: every document."""
 
     @model_validator(mode="after")
     def _buckets_sum_to_one(self):
@@ -78,6 +96,7 @@ class PretrainOptim(OptimSettings):
     lr: float = Field(default=6e-4, gt=0.0)
     """Peak learning rate."""
     weight_decay: float = Field(default=0.1, ge=0.0)
+    """AdamW's decoupled weight decay."""
     schedule: Literal["cosine", "wsd"] = "cosine"
     """cosine: the paper's (decay to min_lr_ratio by decay_fraction of the steps, then constant); wsd:
     warmup-stable-decay (the peak held, then a 1-sqrt decay to min_lr_ratio over the last wsd_decay_fraction

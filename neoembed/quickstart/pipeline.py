@@ -258,6 +258,9 @@ class Quickstart:
             run_dir / "minilm-embed",
         ]
         args = ["mteb-eval", *[a for m in [*models, "bm25"] for a in ("-m", m)]]
+        # Each fine-tuned model against its own base, and the lexical baseline against the best model.
+        pairs = ["neobert-embed:neobert-pretrained", "minilm-embed:all-MiniLM-L6-v2", "bm25:best"]
+        args += [a for pair in pairs for a in ("--compare", pair)]
         args += ["-t", ",".join(self.sizes.tasks), "-o", out, "--threads", self.threads]
         self._run(args)
         return Evaluated((out / "summary.md").read_text().split("\n\n")[0])

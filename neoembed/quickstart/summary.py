@@ -8,6 +8,7 @@ from rich.console import Console
 
 from neoembed.contrastive import relative_change
 from neoembed.quickstart.steps import Finished
+from neoembed.training import CURVES_FILE
 
 
 def format_searches(searches: list[dict], shown: int = 3) -> str:
@@ -25,6 +26,11 @@ def format_searches(searches: list[dict], shown: int = 3) -> str:
             mark = "  <=" if hit["id"] == search["expected"] else ""
             lines.append(f"  {hit['rank']}. {hit['score']:.3f}  {hit['text'][:100]}{mark}")
     return "\n".join(lines)
+
+
+def _curves_link(run: str) -> str:
+    """A markdown link to a training run's curves.png (loss, learning rate, gradient norm, held-out metric)."""
+    return f"[{run}/{CURVES_FILE}]({run}/{CURVES_FILE})"
 
 
 def _fine_tuning_table(results: dict[str, Finished]) -> list[str]:
@@ -46,7 +52,12 @@ def _fine_tuning_table(results: dict[str, Finished]) -> list[str]:
     return lines
 
 
-def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
+def serve_command(run_dir: Path, manifest: dict) -> str:
+    """The command that serves the quickstart's index with the model that built it, search page at /."""
+    return f"neoembed serve --model {manifest['model']} --index {run_dir / 'index'}"
+
+
+def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, list[str]]]:
     data, pretrain, index = results["data"].result, results["pretrain"].result, results["index"].result
     manifest, tuning = index.manifest, index.manifest["tuning"]
     losses = ", ".join(f"step {step}: {loss}" for step, loss in pretrain.heldout_loss)
@@ -60,7 +71,10 @@ def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
         ),
         (
             "pretrain",
-            [f"Held-out MLM loss ({losses}); the model is `neobert-pretrained/`."],
+            [
+                f"Held-out MLM loss ({losses}); the model is `neobert-pretrained/`. "
+                f"Curves: {_curves_link('pretrain')}."
+            ],
         ),
         (
             "neobert-embed",
@@ -71,6 +85,10 @@ def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
                 "a source the training data never came from:",
                 "",
                 *_fine_tuning_table(results),
+                "",
+                "Curves: "
+                + ", ".join(_curves_link(f"contrastive/{name}") for name in ("neobert-embed", "minilm-embed"))
+                + ".",
             ],
         ),
         ("minilm-embed", ["See the table above; the export is `minilm-embed/`."]),
@@ -93,6 +111,13 @@ def _sections(results: dict[str, Finished]) -> list[tuple[str, list[str]]]:
                 "",
                 "```",
                 format_searches(index.searches),
+                "```",
+                "",
+                "Search it in a browser: run the command below, then open http://127.0.0.1:8000/ "
+                "(type a query; the hits come with their scores, the model, index type and latency).",
+                "",
+                "```",
+                serve_command(run_dir, manifest),
                 "```",
             ],
         ),
@@ -118,7 +143,7 @@ def write_summary(run_dir: Path, results: dict[str, Finished], console: Console)
         f"Run directory `{run_dir}`; the steps took {minutes:.1f} min in all (re-runs skip finished steps).",
         "",
     ]
-    for number, (name, body) in enumerate(_sections(results), start=1):
+    for number, (name, body) in enumerate(_sections(results, run_dir), start=1):
         record = results[name]
         lines += [f"## {number}. {name} ({record.seconds:.0f} s)", ""]
         lines += ["```", *record.commands, "```", ""] if record.commands else []

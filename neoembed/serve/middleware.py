@@ -21,8 +21,9 @@ from neoembed.serve.metrics import Metrics
 
 log = logging.getLogger("neoembed.serve")
 
-# Load balancers and Prometheus poll these without credentials; they reveal nothing about inputs.
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+# Load balancers and Prometheus poll these without credentials, and a browser loads the search page (static;
+# its calls carry the key checks); they reveal nothing about inputs.
+OPEN_PATHS = frozenset({"/", "/health", "/metrics"})
 
 
 class ApiKeyMiddleware:

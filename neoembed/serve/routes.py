@@ -1,4 +1,5 @@
-"""The routes: OpenAI's /v1/embeddings, TEI-style /embed and /tokenize, /search, /info, /health, /metrics.
+"""The routes: OpenAI's /v1/embeddings, TEI-style /embed and /tokenize, /search and its page at /, /info,
+/health, /metrics.
 
 Each handler receives the server's state (state.py) as a FastAPI dependency. An embedding route checks its
 input (inputs.py), has it tokenized and checked on a request thread, awaits the batcher, and builds the
@@ -8,11 +9,13 @@ another process, so /health and /metrics never wait behind inference.
 
 from __future__ import annotations
 
+from functools import cache
+from importlib import resources
 from importlib.metadata import version
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
@@ -22,7 +25,7 @@ from neoembed.serve.responses import openai_body, rows_body, shape
 from neoembed.serve.schemas import EmbeddingsRequest, EmbedRequest, SearchRequest, TokenizeRequest
 from neoembed.serve.state import ServerState
 
-ROUTES = frozenset({"/v1/embeddings", "/embed", "/search", "/tokenize", "/info", "/health", "/metrics"})
+ROUTES = frozenset({"/", "/v1/embeddings", "/embed", "/search", "/tokenize", "/info", "/health", "/metrics"})
 
 router = APIRouter()
 
@@ -98,6 +101,17 @@ async def search(request: SearchRequest, state: State) -> JSONResponse:
     return JSONResponse(
         {"model": state.name, "results": [{"query": q, "hits": h} for q, h in zip(queries, hits)]}
     )
+
+
+@cache
+def search_page() -> str:
+    """The static search page (package data): a query box calling /search, and /info's model and index."""
+    return resources.files(__package__).joinpath("page", "search.html").read_text(encoding="utf-8")
+
+
+@router.get("/", response_class=HTMLResponse)
+async def page() -> HTMLResponse:
+    return HTMLResponse(search_page())
 
 
 @router.post("/tokenize")

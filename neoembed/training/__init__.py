@@ -8,7 +8,8 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
         "settings": ["OptimSettings", "RunSettings", "TrainSettings", "TrainingPrecision"],
-        "arguments": ["compile_encoder", "precision_arguments", "trainer_arguments"],
+        "arguments": ["compile_encoder", "precision_arguments", "reporters", "trainer_arguments"],
+        "curves": ["CURVES_FILE", "RunCurves", "plot_runs", "read_curves", "write_curves"],
         "callbacks": ["MetricsLog", "TimeBudget", "TrainingDiverged"],
         "checkpoints": ["last_complete_checkpoint", "save_final", "train_or_restore"],
         "run_dir": ["RESUMABLE_CHANGES", "check_resume_compatible", "open_run", "run_lock"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from transformers import PreTrainedModel, TrainingArguments
+from transformers.integrations import is_tensorboard_available
 
 from neoembed.precision import resolve_precision
 from neoembed.training.settings import OptimSettings, RunSettings, TrainSettings
@@ -15,6 +16,12 @@ def precision_arguments(precision: str) -> dict:
     "bf16"), as the precision resolver answers it."""
     resolved = resolve_precision(precision)
     return {"bf16": resolved.train_bf16, "fp16": resolved.train_fp16, "use_cpu": resolved.device == "cpu"}
+
+
+def reporters() -> list[str]:
+    """The Trainer's `report_to`: TensorBoard when installed (`neoembed[tensorboard]`; events under
+    <output_dir>/runs/), else none. Every run also logs to metrics.jsonl and draws curves.png (`MetricsLog`)."""
+    return ["tensorboard"] if is_tensorboard_available() else []
 
 
 def trainer_arguments(
@@ -28,7 +35,8 @@ def trainer_arguments(
 ) -> TrainingArguments:
     """`args_class` with every field the `run` and `optim` sections set, plus the job's `specific` ones (which
     may override a shared one). A `TrainSettings` run also sets its steps, checkpoints and output directory;
-    another run names its `output_dir`. The NaN filter is off, so a NaN loss reaches `MetricsLog` and stops
+    another run names its `output_dir`. Curves go to TensorBoard where it is installed (`reporters`). The NaN
+    filter is off, so a NaN loss reaches `MetricsLog` and stops
     the run before anything is saved after it."""
     shared = dict(
         seed=run.seed,
@@ -39,7 +47,7 @@ def trainer_arguments(
         dataloader_num_workers=run.num_workers,
         deepspeed=run.deepspeed,
         ddp_find_unused_parameters=False,  # every parameter gets a gradient: skip DDP's graph walk
-        report_to=[],
+        report_to=reporters(),
         learning_rate=optim.lr,
         weight_decay=optim.weight_decay,
         adam_beta1=optim.betas[0],

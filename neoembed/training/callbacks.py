@@ -1,4 +1,5 @@
-"""Trainer callbacks every neoembed trainer may add: the metrics log with its NaN stop, and a time budget."""
+"""Trainer callbacks every neoembed trainer may add: the metrics log with its NaN stop and curves, and a time
+budget."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from transformers import TrainerCallback
 from neoembed.errors import RunError
 from neoembed.run_files import append_jsonl
 from neoembed.training.checkpoints import last_complete_checkpoint
+from neoembed.training.curves import write_curves
 
 
 class TrainingDiverged(RunError):
@@ -18,8 +20,9 @@ class TrainingDiverged(RunError):
 
 
 class MetricsLog(TrainerCallback):
-    """Appends every Trainer log (`{"step": ..., **logs}`) to `path` from the main process, and raises
-    TrainingDiverged on every rank when a logged training loss is not finite.
+    """Appends every Trainer log (`{"step": ..., **logs}`) to `path` from the main process, raises
+    TrainingDiverged on every rank when a logged training loss is not finite, and draws curves.png beside
+    `path` when training ends.
 
     The Trainer saves after it logs, so the stop comes before a diverged model is written, provided the save
     steps are log steps too (`TrainSettings` checks it) and the Trainer's NaN filter is off (as
@@ -40,6 +43,10 @@ class MetricsLog(TrainerCallback):
             )
         if state.is_world_process_zero:
             append_jsonl(self.path, {"step": state.global_step, **logs})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and self.path.exists():
+            write_curves(self.path.parent)
 
 
 class TimeBudget(TrainerCallback):

@@ -22,6 +22,7 @@ class OptimSettings(StrictSettings):
     lr: float = Field(default=1e-4, gt=0.0)
     """Peak learning rate."""
     weight_decay: float = Field(default=0.01, ge=0.0)
+    """AdamW's decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.95)
     """AdamW's beta1, beta2."""
     eps: float = Field(default=1e-8, gt=0.0)

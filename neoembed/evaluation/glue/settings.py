@@ -39,8 +39,11 @@ class Grid(StrictSettings):
     """The paper's hyperparameter grid: every combination is fine-tuned, the best dev score is kept."""
 
     batch_size: list[PositiveInt] = [4, 8, 16, 32]
+    """Batch sizes searched with --grid."""
     lr: list[PositiveFloat] = [5e-6, 6e-6, 1e-5, 2e-5, 3e-5]
+    """Learning rates searched with --grid."""
     weight_decay: list[NonNegativeFloat] = [1e-2, 1e-5]
+    """Weight decays searched with --grid."""
 
 
 class Transfer(StrictSettings):
@@ -49,6 +52,7 @@ class Transfer(StrictSettings):
     enabled: bool = True
     """Start the small tasks from the best MNLI run."""
     tasks: list[str] = ["rte", "mrpc", "stsb"]
+    """The tasks that start from the MNLI run."""
 
     @field_validator("tasks")
     @classmethod
@@ -80,9 +84,11 @@ class GlueTrain(RunSettings):
     precision: TrainingPrecision = "fp32"
     """auto: bf16 autocast over fp32 weights where bf16 has hardware."""
     log_steps: int = Field(default=50, gt=0)
+    """Log loss, learning rate and throughput every N steps (to metrics.jsonl)."""
     batch_size: PositiveInt = 32
     """Batch size without --grid."""
     eval_batch_size: PositiveInt = 64
+    """Batch size of the dev-set evaluation."""
     max_epochs: PositiveFloat = 10
     """Max epochs (early stopping may end sooner)."""
     early_stopping_patience: PositiveInt = 2
@@ -92,7 +98,8 @@ class GlueTrain(RunSettings):
 
 
 class GlueSettings(StrictSettings):
-    tasks: list[str] = list(PAPER_TASKS)  # what `--task all` runs
+    tasks: list[str] = list(PAPER_TASKS)
+    """What `--task all` runs."""
     grid: Grid = Grid()
     transfer: Transfer = Transfer()
     max_length: PositiveInt = 128
