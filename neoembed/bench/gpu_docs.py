@@ -108,7 +108,9 @@ def forward_rate(results: Results) -> Verdict:
 def serve_ratio(results: Results) -> Verdict:
     target, goal = "neoembed serve vs direct encode", ">= 0.9x direct encode's throughput"
     rows = [
-        r for r in (results.report("serve", "serve") or {}).get("rows", []) if "server" in str(r.get("path"))
+        r
+        for r in (results.report("serve", "serve") or {}).get("rows", [])
+        if str(r.get("path")).startswith("neoembed serve")  # the server rows; the others are direct encode
     ]
     if not rows:
         return Verdict(target, goal, "not recorded", None)
