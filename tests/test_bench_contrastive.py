@@ -124,9 +124,10 @@ def test_the_bench_trains_every_arm_on_one_budget_and_reports_every_target(tmp_p
     assert result.exit_code == 0, result.output
     report = json.loads((out / "contrastive.json").read_text())
 
-    # the default build: every WordNet pair kind, mined negatives
+    # the default build: every WordNet pair kind and the manual pages, mined negatives
     stats = json.loads((out / "data" / "stats.json").read_text())
     assert stats["sources"]["wordnet"]["rows_out"] > 0 and stats["total"]["negatives_per_row"] > 0
+    assert stats["sources"]["manpages"]["rows_out"] > 0  # the recipe's second source
     # every method x seed trained the same number of steps, each exported as a sentence-transformers directory
     runs = report["runs"]
     assert sorted(runs) == ["neoembed-fp32-seed0", "neoembed-fp32-seed1", "st-fp32-seed0", "st-fp32-seed1"]

@@ -48,7 +48,7 @@ def test_the_help_shows_each_fields_value_in_the_chosen_recipe():
     assert rows["--train.precision"][0] == "{auto,fp32,bf16}"
     assert rows["--optim.betas"][1] == "[0.9, 0.95]"
     assert rows["--model.lora.r"][1] == "16", "an unset optional section shows what setting it gives"
-    assert rows["--data.path"][1] == "runs/data/wordnet"
+    assert rows["--data.path"][1] == "runs/data/wordnet-manpages"
     # Without a recipe: the settings' defaults, and required fields say so.
     bare = help_rows(runner.invoke(app, ["contrastive", "--help"], env=WIDE).output)
     assert bare["--loss.temperature"][1] == "0.07"

@@ -5,8 +5,9 @@ mteb run (`neoembed.evaluation.runner`). One run is an anecdote: each result is 
 spread, and each comparison a paired bootstrap over the tasks' queries of the seed-averaged scores
 (`significance.mean_of`). `goal_checks` holds the recipe to its targets.
 
-- Data: the build a user gets from `neoembed build-data` (every WordNet pair kind, mined negatives), at
-  `rows` rows, built once under the output directory (the builder resumes and reuses a finished build).
+- Data: the build contrastive-cpu's header makes (`build-data --sources wordnet,manpages`: every WordNet pair
+  kind and the manual pages, mined negatives), at most `rows` rows a source, built once under the output
+  directory (the builder resumes and reuses a finished build).
 - neoembed: the packaged recipe (`contrastive-cpu` unless told), with `--set` overrides.
 - sentence-transformers: `neoembed.bench.st_baseline`, on the same records' (query, positive) columns.
 - Tasks, all held out from training: WordNet example -> definition and lemma -> definition, FOLDOC term ->
@@ -141,12 +142,15 @@ def goal_checks(
     ]
 
 
+DEFAULT_SOURCES = ("wordnet", "manpages")  # the build contrastive-cpu's header says to make
+
+
 def default_build(out: Path, rows: int) -> Path:
-    """`neoembed build-data --sources wordnet --max-rows rows --out out` with its defaults (every pair kind,
-    mined negatives); a finished build with the same inputs is reused as it is."""
+    """`neoembed build-data --sources wordnet,manpages --max-rows rows --out out` with its defaults (every pair
+    kind, mined negatives); a finished build with the same inputs is reused as it is."""
     from neoembed.data import BuildConfig, build
 
-    build(BuildConfig(out=out, sources=("wordnet",), max_rows=rows))
+    build(BuildConfig(out=out, sources=DEFAULT_SOURCES, max_rows=rows))
     return out
 
 

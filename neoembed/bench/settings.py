@@ -222,7 +222,7 @@ class ContrastiveBench(BenchSettings):
     data: Path | None = None
     """A finished build-data output to train on (default: the default WordNet build, under --out)."""
     rows: int = Field(20000, ge=100)
-    """WordNet rows of the default build (build-data --max-rows)."""
+    """Rows a source of the default WordNet + manual pages build (build-data --max-rows)."""
     recipe: str = "contrastive-cpu"
     """neoembed's recipe: a packaged name or a YAML file."""
     overrides: tuple[str, ...] = ()
