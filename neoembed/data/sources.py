@@ -66,9 +66,10 @@ def _stream(manifest: Manifest, local: Path | None, limit: int):
     parts = []
     while batch := list(itertools.islice(rows, 10_000)):
         parts.append(Dataset.from_list(batch, features=features))
-    if not parts:
-        return Dataset.from_list([], features=features), available
-    return concatenate_datasets(parts), available
+    dataset = concatenate_datasets(parts) if parts else Dataset.from_list([], features=features)
+    if available is None and len(dataset) < limit:  # the stream ran out first: it was read whole
+        available = len(dataset)
+    return dataset, available
 
 
 def _read(manifest: Manifest, iterable):
