@@ -53,7 +53,21 @@ def test_bench_encode_compares_with_modernbert_on_the_same_batches(tmp_path):
     assert fixed["neobert path"] == "sdpa" and mixed["neobert path"] == "unpadded", "NeoBERT's auto choice"
     for row in report["rows"]:
         assert row["modernbert tok/s"] > 0 and row["neobert tok/s"] > 0 and row["neobert/modernbert"] > 0
+        assert row["modernbert of peak"] > 0 and row["modernbert GFLOP/s"] > 0  # both MFUs, one peak
     assert "ModernBERT" in (tmp_path / "encode.md").read_text()
+
+
+def test_modernbert_flops_count_global_layers_over_the_sequence_and_local_ones_over_their_window():
+    from transformers import ModernBertConfig
+
+    from neoembed.bench.encode import modernbert_forward_flops
+
+    config = ModernBertConfig(hidden_size=8, intermediate_size=12, num_hidden_layers=3, local_attention=4)
+    kinds = config.layer_types
+    assert kinds.count("full_attention") == 1 and kinds.count("sliding_attention") == 2
+    linear = 2 * 3 * (4 * 8 * 8 + 3 * 8 * 12) * (10 + 2)
+    attention = 4 * 8 * ((10 * 10 + 2 * 2) + 2 * (10 * 4 + 2 * 2))  # one global layer, two windows of 4
+    assert modernbert_forward_flops(config, [10, 2]) == linear + attention
 
 
 def test_bench_encode_rejects_an_unknown_comparison_and_a_missing_gpu(tmp_path):

@@ -105,6 +105,22 @@ def build_modernbert(config_name: str, device: str):
     raise RuntimeError("ModernBERT could not be built with SDPA")
 
 
+def modernbert_forward_flops(config, lengths: list[int]) -> float:
+    """ModernBERT's encoder forward FLOPs for sequences of `lengths`, counted as `flops.forward_flops` counts
+    NeoBERT's, so the two MFUs compare: 2 x the matmul parameters a token goes through (q, k, v and output
+    projections; GeGLU's input layer to 2 x intermediate and its output layer) and attention's 4 x hidden x
+    L x keys per layer, where a global layer's keys are the whole sequence and a local layer's its window.
+    Hand-written: transformers counts no FLOPs for a forward of given lengths."""
+    hidden, ffn = config.hidden_size, config.intermediate_size
+    kinds = config.layer_types  # "full_attention" or "sliding_attention", one per layer
+    per_layer = 4 * hidden * hidden + 3 * hidden * ffn
+    keys = {
+        "full_attention": sum(n * n for n in lengths),
+        "sliding_attention": sum(n * min(n, config.local_attention) for n in lengths),
+    }
+    return 2 * len(kinds) * per_layer * sum(lengths) + 4 * hidden * sum(keys[kind] for kind in kinds)
+
+
 def _neobert_forward(model: NeoBERTModel, backend: str):
     def forward(ids, mask):
         model.config.attn_backend = backend
@@ -216,6 +232,11 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                         )
                     else:
                         row |= _comparison_row(ids, mask, dtype, seconds)
+                        twin_flops = (
+                            modernbert_forward_flops(twin.config, case.lengths) / seconds["modernbert"]
+                        )
+                        row["modernbert GFLOP/s"] = twin_flops / 1e9
+                        row["modernbert of peak"] = twin_flops / peaks[dtype_name][0]
                         line = f"NeoBERT {row['neobert tok/s']:,.0f} tok/s, ModernBERT {row['modernbert tok/s']:,.0f}"
                     rows.append(row)
                     progress(f"{config_name} {case.name} {dtype_name}: {line} tok/s")
