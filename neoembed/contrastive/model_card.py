@@ -40,9 +40,8 @@ class TrainingFacts:
     max_length: int  # the fine-tuning truncation
     max_seq_length: int  # the input limit the export declares (export.max_seq_length)
     lora: dict | None  # the adapter settings, merged into the exported weights
-    base_weight: (
-        float  # the base model's share of the exported weights (export.base_weight, or auto's choice)
-    )
+    # the base model's share of the exported weights (export.base_weight, or auto's choice)
+    base_weight: float
     matryoshka_dims: list[int]
     data_path: str
     rows: dict[str, int]  # source -> rows trained on
@@ -131,8 +130,7 @@ def training_precision(requested: str) -> str:
 def heldout_sources(settings: EvalSettings, sources: dict) -> list[str]:
     """The held-out sets whose source trained nothing (FOLDOC; a records set of an untrained source): a score
     there measures transfer to unseen text, not only to unseen rows of a training source."""
-    source_of = {"wordnet": "wordnet", "foldoc": "foldoc", "manpages": "manpages"}
-    return [s.label for s in settings.sets if (source_of.get(s.kind) or s.source) not in sources]
+    return [s.label for s in settings.sets if (s.source if s.kind == "records" else s.kind) not in sources]
 
 
 def distillation(settings: ContrastiveSettings, dimension: int) -> str | None:

@@ -32,14 +32,16 @@ Retrieval = tuple[dict, dict, dict]  # queries, corpus, relevant
 ALWAYS_EVALUATED = (HeldOutSet(kind="wordnet"), HeldOutSet(kind="foldoc"))
 
 
+@dataclass(frozen=True)
+class SelectionSet:
+    retrieval: Retrieval
+    prompt_source: str | None  # whose prompts its texts get (`evaluation.prompt_source`)
+
+
 @dataclass
 class SelectionSplit:
-    in_domain: dict[str, Retrieval] = field(default_factory=dict)  # training source -> its held-out rows
-    general: dict[str, Retrieval] = field(default_factory=dict)  # set label -> its texts
-    general_prompts: dict[str, str | None] = field(default_factory=dict)  # set label -> whose prompts it gets
-    held_out_rows: dict[str, int] = field(
-        default_factory=dict
-    )  # training source -> rows it lost to selection
+    in_domain: dict[str, SelectionSet] = field(default_factory=dict)  # training source -> its held-out rows
+    general: dict[str, SelectionSet] = field(default_factory=dict)  # set label -> its texts
 
 
 @dataclass(frozen=True)
@@ -57,13 +59,12 @@ def hold_out_in_domain(sources: dict[str, Dataset], rows: int) -> tuple[dict[str
         chosen = np.argsort(keys[:, 0], kind="stable")[: min(rows, len(dataset) // 2)]
         touching = np.isin(keys, keys[chosen, :2]).any(axis=1)
         kept[name] = dataset.select(np.flatnonzero(~touching))
-        split.held_out_rows[name] = int(touching.sum())
         picked = dataset.select(chosen)
         corpus = {f"d{i}": text for i, text in enumerate(dict.fromkeys(picked["positive"]))}
         ids = {text: i for i, text in corpus.items()}
         queries = {f"q{i}": query for i, query in enumerate(picked["query"])}
         relevant = {f"q{i}": {ids[positive]} for i, positive in enumerate(picked["positive"])}
-        split.in_domain[name] = (queries, corpus, relevant)
+        split.in_domain[name] = SelectionSet((queries, corpus, relevant), name)
     return kept, split
 
 
@@ -97,9 +98,9 @@ def selection_split(settings: ContrastiveSettings, sources: dict[str, Dataset]):
                     f"{what}; select on text the run neither trains on nor is evaluated on",
                     param="export.selection.general",
                 )
-        split.general[spec.label], split.general_prompts[spec.label] = found, prompt_source(spec)
-    for name, found in split.in_domain.items():
-        if shared := _shared(_texts(found), evaluated):
+        split.general[spec.label] = SelectionSet(found, prompt_source(spec))
+    for name, chosen in split.in_domain.items():
+        if shared := _shared(_texts(chosen.retrieval), evaluated):
             raise RecipeError(
                 f"export.selection.in_domain: {shared} texts of source {name}'s selection rows are evaluation "
                 "texts; rebuild the data with the leakage guard",
@@ -119,11 +120,9 @@ def choose_base_weight(
     """Score each candidate base weight on the split (nDCG@10; in-domain and general sets half each) and keep
     the best, the smallest weight among equals; `log` gets each candidate's line. The model is left at the
     weights of the last candidate scored: apply the choice."""
-    sets = [(name, found, name) for name, found in split.in_domain.items()]
-    sets += [(label, found, split.general_prompts[label]) for label, found in split.general.items()]
     evaluators = {
-        name: retrieval_evaluator(f"select_{name}", found, source_prompts, source, batch_size)
-        for name, found, source in sets
+        name: retrieval_evaluator(f"select_{name}", s.retrieval, source_prompts, s.prompt_source, batch_size)
+        for name, s in {**split.in_domain, **split.general}.items()
     }
     curve = []
     for weight in sorted(set(candidates)):

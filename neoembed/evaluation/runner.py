@@ -243,10 +243,16 @@ def compare_cached(
     if len(specs) < 2:
         return []
     by_label = {spec.label: spec for spec in specs}
+    inputs: dict[str, dict[str, RowInput]] = {}  # label -> row_inputs, each model's predictions read once
+
+    def inputs_of(label: str) -> dict[str, RowInput]:
+        if label not in inputs:
+            inputs[label] = row_inputs(by_label[label], summary, cache)
+        return inputs[label]
+
     differences = []
     for model, baseline in comparison_pairs(pairs, summary):
-        ours = row_inputs(by_label[model], summary, cache)
-        theirs = row_inputs(by_label[baseline], summary, cache)
+        ours, theirs = inputs_of(model), inputs_of(baseline)
         rows = {name: (ours[name], theirs[name]) for name in ours}
         differences += compare_pair(model, baseline, rows, n_resamples)
     return differences
