@@ -68,6 +68,7 @@ def worker(base: str, out: str) -> None:
     import torch.distributed as dist
 
     from neoembed.contrastive.model import build_model
+    from neoembed.training import release_process_group
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -86,7 +87,7 @@ def worker(base: str, out: str) -> None:
         from safetensors.torch import save_file
 
         save_file({f"{v}/{k}": t.reshape(-1) for v, r in results.items() for k, t in r.items()}, out)
-    dist.destroy_process_group()
+    release_process_group()  # both ranks leave together: a rank whose peer has gone can abort at exit
 
 
 def test_two_gloo_ranks_give_the_loss_and_gradients_of_one_process_with_twice_the_batch(

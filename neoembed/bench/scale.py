@@ -53,6 +53,7 @@ def encode_worker(texts: int, out: str) -> None:
 
     from neoembed.data import MiningConfig, load_synsets
     from neoembed.embedder import load_embedder
+    from neoembed.training import release_process_group
 
     torch.set_num_threads(1)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -72,7 +73,7 @@ def encode_worker(texts: int, out: str) -> None:
         gathered = [None] * world
         dist.all_gather_object(gathered, seconds)
         seconds = max(gathered)
-        dist.destroy_process_group()
+        release_process_group()
     if rank == 0:
         Path(out).write_text(json.dumps({"texts": len(glosses), "seconds": seconds}))
 

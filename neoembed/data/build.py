@@ -385,7 +385,7 @@ class Build:
             for unit in tqdm(mine, desc=f"parts (shard {share.index}/{share.count})", unit="part"):
                 self.build_unit(unit)
         if ranks:
-            ranks.wait()  # every rank's units are written
+            ranks.release()  # every rank's units are written
             if share.index != 0:
                 return None
         stats = self.merge_stats(staged, units)
@@ -531,3 +531,9 @@ class _RankBarrier:
 
     def wait(self) -> None:
         self._dist.barrier()
+
+    def release(self) -> None:
+        """Wait for every rank, then leave the process group, so no rank exits with a peer still attached."""
+        from neoembed.training import release_process_group
+
+        release_process_group()
