@@ -142,6 +142,12 @@ def test_the_bench_trains_every_arm_on_one_budget_and_reports_every_target(tmp_p
     for setting in ("loss:MultipleNegativesRankingLoss", "`learning_rate`: 5e-05", "`per_device_train_batch_size`: 64",
                     "`seed`: 1"):  # fmt: skip
         assert setting in card
+    # trained at the recipe's length, the baseline still declares the base model's own input limit
+    from neoembed.embedder import load_embedder
+
+    declared = load_embedder(str(base)).max_seq_length
+    assert declared != 64  # contrastive-cpu's model.max_length
+    assert load_embedder(str(out / "st-fp32-seed1" / "st-fp32-seed1-model")).max_seq_length == declared
     # one mteb run scored every model on every task (BM25 retrieval only)
     labels = [row["model"] for row in report["rows"]]
     assert labels[:2] == ["BM25", "tiny-bert (base)"] and len(labels) == 6

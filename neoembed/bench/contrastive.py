@@ -241,8 +241,11 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     torch.set_num_threads(threads)
     data = bench.data or default_build(out_dir / "data", bench.rows)
     data_id = data_identity(data)
-    # The recipe's own steps unless told otherwise ("as shipped"); the baseline gets the same.
-    steps = None if bench.minutes else bench.steps or recipe_steps(recipe, overrides, data)
+    # The recipe's own steps unless told otherwise ("as shipped"), and its training length; the baseline
+    # gets the same.
+    recipe_settings = shipped(recipe, overrides, data)
+    steps = None if bench.minutes else bench.steps or recipe_settings.train.max_steps
+    max_length = recipe_settings.model.max_length
     precisions = bench.run_precisions()
     methods = ["neoembed", "st"] + (["neobert"] if bench.neobert else [])
     arms = [Arm(m, p, seed) for p in precisions for seed in range(bench.seeds) for m in methods]
@@ -252,10 +255,14 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         run_dir = out_dir / arm.name
         if arm.method == "st":
             identity = {"base": base, "data": data_id, "budget": asdict(budget), "threads": threads,
+                        "max_length": max_length,
                         "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE, st_baseline.WARMUP]}  # fmt: skip
             export = run_dir / f"{arm.name}-model"
             return reuse_or_train(
-                run_dir, identity, fresh, lambda: st_baseline.train(base, data, run_dir, export, budget)
+                run_dir,
+                identity,
+                fresh,
+                lambda: st_baseline.train(base, data, run_dir, export, budget, max_length),
             )
         model = bench.neobert if arm.method == "neobert" else base
         settings = neoembed_settings(recipe, model, data, run_dir, budget, threads, overrides)
@@ -298,7 +305,8 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         f"Each model trained for {budget_text} on {threads} CPU thread(s) on {data}, seeds 0..{bench.seeds - 1} in "
         f"{', '.join(precisions)}; neoembed: {recipe.stem}; ST MNRL: sentence-transformers' trainer and "
         "MultipleNegativesRankingLoss, lr 5e-5, batch 64, 10% warmup, (query, positive) pairs only, same seed, "
-        "steps and precision. Scores: mean over the runs (relative change vs the base) [lowest, highest run]."
+        f"steps, precision and training length ({max_length} tokens). Scores: mean over the runs (relative change "
+        "vs the base) [lowest, highest run]."
     )
     difference_notes = (
         "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
@@ -339,12 +347,13 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     return write_report(report, out_dir)
 
 
-def recipe_steps(recipe: Path, overrides: dict, data: Path) -> int:
-    """The recipe's train.max_steps, with the user's overrides."""
+def shipped(recipe: Path, overrides: dict, data: Path):
+    """The recipe's settings with the user's overrides (its steps and training length, which the baseline
+    shares)."""
     from neoembed.contrastive import ContrastiveSettings
     from neoembed.recipes import load_recipe
 
-    return load_recipe(recipe, ContrastiveSettings, {**overrides, "data.path": str(data)}).train.max_steps
+    return load_recipe(recipe, ContrastiveSettings, {**overrides, "data.path": str(data)})
 
 
 class SeedAverages:
