@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import http.client
 import lzma
 import os
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ DESCRIPTION_CHARS = 600  # paragraphs of the long description are taken until th
 MIN_SYNOPSIS_CHARS = 8
 MIN_DESCRIPTION_CHARS = 60  # shorter long descriptions are stubs ("Transitional package.", "Dummy package.")
 TIMEOUT_S = 60
+RETRY = f"try again, set {MIRROR_ENV} to another Debian mirror, or point {FILE_ENV} at a copy of the file"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
@@ -100,32 +101,39 @@ def download(url: str, path: Path) -> None:
                     bar.update(len(chunk))
         if size is not None and tmp.stat().st_size != size:
             raise PackageDataError(
-                f"{url}: got {tmp.stat().st_size:,} of {size:,} bytes (interrupted download)"
+                f"{url}: got {tmp.stat().st_size:,} of {size:,} bytes, an interrupted download; nothing was "
+                f"cached: {RETRY}"
             )
-        read_index(tmp, where=url)  # a truncated or damaged download is refused here, never cached
+        # a truncated or damaged download is refused here, never cached
+        read_index(tmp, f"{url} (as downloaded)", remedy=f"; nothing was cached: {RETRY}", xz=True)
         write_text(_sha_file(path), _sha256(tmp) + "\n")
         os.replace(tmp, path)
-    except (OSError, urllib.error.URLError) as err:
+    except (OSError, http.client.HTTPException) as err:  # urllib's URLError is an OSError
         reason = getattr(err, "reason", None) or err
         raise PackageDataError(
-            f"Debian's package descriptions not found, and downloading {url} into {path} failed: {reason}. "
-            f"Set {MIRROR_ENV} to a reachable Debian mirror, or point {FILE_ENV} at a copy of the file."
+            f"Debian's package descriptions not found, and downloading {url} into {path} failed: {reason}; "
+            f"{RETRY}"
         ) from None
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def read_index(path: Path, where: str | None = None) -> str:
-    """The text of a Translation-en index, decompressed if it is xz; a truncated or damaged xz file (its
-    checksums or its end missing) is refused in one line naming it."""
+def read_index(path: Path, name: str | None = None, remedy: str = "", xz: bool | None = None) -> str:
+    """The text of a Translation-en index, decompressed if it is xz (`xz`: None, by its first bytes); a
+    truncated or damaged xz file (its end or a checksum wrong) is refused in one line naming it (`name`, else
+    the path) and saying what to do (`remedy`)."""
     data = Path(path).read_bytes()
-    if data.startswith(_XZ_MAGIC):
+    name = name or str(path)
+    if xz is None:
+        xz = data.startswith(_XZ_MAGIC)
+    if xz:
         try:
+            if not data.startswith(_XZ_MAGIC):
+                raise lzma.LZMAError("no xz header")
             data = lzma.decompress(data, format=lzma.FORMAT_XZ)
         except (lzma.LZMAError, EOFError) as err:
             raise PackageDataError(
-                f"{where or path}: not a complete xz file ({err}): truncated or damaged; "
-                "download it again (delete a cached copy)"
+                f"{name}: not a complete xz file, truncated or damaged ({err}){remedy}"
             ) from None
     return data.decode("utf-8", "replace")
 
