@@ -235,3 +235,14 @@ def test_the_real_index_gives_the_manifests_row_count():
     pairs = load_descriptions()
     assert len(pairs) == manifest.expected_rows
     assert "Real-time strategy game of ancient warfare" in {d.synopsis for d in pairs}
+
+
+def test_packages_is_a_held_out_and_selection_set_kind(tmp_path, monkeypatch):
+    from neoembed.contrastive.evaluation import prompt_source, retrieval_set
+    from neoembed.contrastive.settings import EvalSettings, SelectionSettings
+
+    monkeypatch.setenv(FILE_ENV, str(write_translation(tmp_path / "Translation-en.xz")))
+    (spec,) = EvalSettings.model_validate({"sets": ["packages"]}).sets
+    assert retrieval_set(spec.model_copy(update={"queries": 2})) == packages_retrieval(n_queries=2)
+    assert prompt_source(spec) == "packages"  # scored with the prompts training gives the source
+    assert SelectionSettings.model_validate({"general": ["packages"]}).general[0].label == "packages"
