@@ -3,6 +3,7 @@ paragraphs), one pair per family of packages; the file downloaded once into the 
 or damaged one refused; the pairs built as a source and served as a retrieval set."""
 
 import functools
+import hashlib
 import http.server
 import json
 import lzma
@@ -135,8 +136,6 @@ def test_the_index_is_downloaded_once_into_the_cache_with_its_sha256(mirror, cac
     path = index_file()
     assert path == cache / "Translation-en.xz" and mirror.requests == [f"/{INDEX}"]
     assert path.read_bytes() == (mirror.root / INDEX).read_bytes()
-    import hashlib
-
     assert (cache / "Translation-en.xz.sha256").read_text().strip() == hashlib.sha256(
         path.read_bytes()
     ).hexdigest()
