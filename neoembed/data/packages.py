@@ -81,8 +81,7 @@ def _sha_file(path: Path) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()  # 6 MB: read whole (file_digest needs Python 3.11)
 
 
 def download(url: str, path: Path) -> None:
