@@ -323,3 +323,64 @@ def write_repository_sources(root: Path) -> Path:
             )
         )
     return root
+
+
+# Debian's English description index (dists/<suite>/main/i18n/Translation-en), in its real shape: stanzas of
+# Package, Description-md5 and Description-en (the synopsis, then continuation lines; " ." breaks paragraphs,
+# a second leading space marks a verbatim line). Real stanzas, shortened, and cases the reader must skip.
+TRANSLATION_EN = """\
+Package: 0ad
+Description-md5: d943033bedada21853d2ae54a2578a7b
+Description-en: Real-time strategy game of ancient warfare
+ 0 A.D. (pronounced "zero ey-dee") is a free, open-source, cross-platform
+ real-time strategy (RTS) game of ancient warfare.
+
+Package: 0ad-data
+Description-md5: 26581e685027d5ae84824362a4ba59ee
+Description-en: Real-time strategy game of ancient warfare (data files)
+ 0 A.D. (pronounced "zero ey-dee") is a free, open-source, cross-platform
+ real-time strategy (RTS) game of ancient warfare.
+ .
+ This package contains the main data files required by 0 A.D.
+
+Package: 0xffff
+Description-md5: 183c49f6505eb3432d1b069800f1f5b6
+Description-en: Open Free Fiasco Firmware Flasher
+ The 0xFFFF utility implements a free userspace handler for the NOLO
+ bootloader and extended features for flashing Nokia Internet Tablets.
+ .
+ Supported operations currently include:
+  * generating and unpacking FIASCO images on local device
+  * editing Maemo firmware packages
+
+Package: afl-clang
+Description-md5: 0b2a4d6c0b1a8e4c5d3f2e1a0b9c8d7e
+Description-en: transitional package
+ This is a transitional package. It can safely be removed once afl++ is installed.
+
+Package: minisat2
+Description-md5: 1c3b5e7d2c4a6b8d0e2f4a6c8e0b2d4f
+Description-en: transitional package
+ This is a transitional package for minisat, and can be safely removed after
+ the installation is complete.
+
+Package: node-foo
+Description-md5: 2d4c6e8f3d5b7c9e1f3a5b7d9f1c3e5a
+Description-en: JSON without touching any globals
+ Node.js is an event-based server-side JavaScript engine.
+
+Package: tiny
+Description-md5: 3e5d7f9a4e6c8d0f2a4b6c8e0a2d4f6b
+Description-en: short
+ A synopsis under eight characters makes no query worth training on.
+"""
+
+
+def write_translation(path: Path, compress: bool = True) -> Path:
+    """The index above at `path`, xz-compressed (as the mirror serves Translation-en.xz) or plain."""
+    import lzma
+
+    data = TRANSLATION_EN.encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(lzma.compress(data, format=lzma.FORMAT_XZ) if compress else data)
+    return path

@@ -49,7 +49,8 @@ def read_source(out: Path, name: str) -> list[dict]:
 
 def test_repository_manifests_cover_every_source_and_validate():
     manifests = load_manifests(REPO / "data_manifests")
-    assert set(manifests) == RELEASE_SOURCES | PAPER_SOURCES | {"wordnet", "manpages"}  # + the Debian ones
+    debian = {"wordnet", "manpages", "packages"}  # the sources read from Debian's mirror
+    assert set(manifests) == RELEASE_SOURCES | PAPER_SOURCES | debian
     assert {n for n, (m, _) in manifests.items() if m.paper == "paper"} == PAPER_SOURCES
     assert manifests["sts12"][0].options.min_score == 4.0
     assert manifests["gooaq"][0].mapping.negatives == [f"negative_{i}" for i in range(1, 6)]

@@ -16,7 +16,7 @@ from sentence_transformers.sentence_transformer.evaluation import (
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.settings import EvalSettings, HeldOutSet, PromptSettings
-from neoembed.data import foldoc_retrieval, manpages_retrieval
+from neoembed.data import foldoc_retrieval, manpages_retrieval, packages_retrieval
 from neoembed.evaluation import wordnet_example_retrieval
 
 RECALL_AT = [1, 10, 100]
@@ -53,13 +53,16 @@ def retrieval_set(spec: HeldOutSet) -> tuple[dict, dict, dict]:
         return foldoc_retrieval(**sizes)
     if spec.kind == "manpages":
         return manpages_retrieval(**sizes)
+    if spec.kind == "packages":
+        return packages_retrieval(**sizes)
     return records_retrieval(spec.path, spec.source, **sizes)
 
 
 def prompt_source(spec: HeldOutSet) -> str | None:
     """The source whose prompts a set's texts get: the WordNet build's source is `wordnet`; FOLDOC is no
     training source, so it gets the default pair (the export's `query` / `document` prompts)."""
-    return {"wordnet": "wordnet", "foldoc": None, "manpages": "manpages"}.get(spec.kind, spec.source)
+    named = {"wordnet": "wordnet", "foldoc": None, "manpages": "manpages", "packages": "packages"}
+    return named.get(spec.kind, spec.source)
 
 
 def metric_prefix(spec: HeldOutSet, dim: int | None = None) -> str:
@@ -126,6 +129,7 @@ def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None)
         "drops these texts), so a drop here says fine-tuning fit its training data rather than improving the "
         "model",
         "manpages": "a manual page's NAME summary -> its description (Debian's manpages and manpages-dev)",
+        "packages": "a Debian package's synopsis -> its description (the archive's English descriptions)",
     }
     out = {}
     for spec in settings.sets:

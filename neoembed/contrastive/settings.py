@@ -154,19 +154,20 @@ class HeldOutSet(StrictSettings):
     """A held-out retrieval set scored before, during and after training (nDCG@10, recall@k). A bare name,
     `wordnet` or `foldoc`, stands for `{kind: name}`."""
 
-    kind: Literal["wordnet", "foldoc", "records", "manpages"]
+    kind: Literal["wordnet", "foldoc", "records", "manpages", "packages"]
     """wordnet: held-out example sentence -> definition; foldoc: FOLDOC computing term -> definition, a source
     no training build reads; records: a held-out build's query -> positive; manpages: a manual page's summary
-    -> its description (a training source too: score it only where the run does not train on it)."""
+    -> its description; packages: a Debian package's synopsis -> its description (manpages and packages are
+    training sources too: score one only where the run does not train on it)."""
     path: str | None = None  # records: a build-data output holding held-out records
     source: str | None = None  # records: which source of it
     name: str | None = None  # in metric names and reports; None: the kind (records: the source)
     queries: int | None = Field(
         default=None, gt=0
-    )  # None: the set's own size (wordnet 500, foldoc 300, records 500, manpages 500)
+    )  # None: the set's own size (wordnet 500, foldoc 300, records 500, manpages 500, packages 500)
     corpus: int | None = Field(
         default=None, gt=0
-    )  # None: wordnet 2,000, foldoc 1,500, records 2,000, manpages all
+    )  # None: wordnet 2,000, foldoc 1,500, records 2,000, manpages all, packages 2,000
 
     @model_validator(mode="before")
     @classmethod
@@ -242,8 +243,8 @@ class SelectionSettings(StrictSettings):
     """Rows of each training source held out of training for selection (a fixed pseudo-random choice by text
     key; rows sharing a text with them leave training too). 0: general text alone."""
     general: list[HeldOutSet] = Field(default_factory=lambda: [HeldOutSet(kind="manpages")])
-    """Retrieval sets of general text, e.g. [manpages] or [{kind: records, path: P, source: S}]; one that shares a
-    text with the training data or an evaluation set is refused."""
+    """Retrieval sets of general text, e.g. [manpages], [packages] or [{kind: records, path: P, source: S}];
+    one that shares a text with the training data or an evaluation set is refused."""
 
     @model_validator(mode="after")
     def _something_to_select_on(self):

@@ -13,6 +13,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "manpages": ["manpages_retrieval"],
         "mining": ["MiningConfig", "SEARCH_CHUNK", "exact_searcher"],
         "normalize": ["KEY_VERSION", "clean", "text_key"],
+        "packages": ["packages_retrieval"],
         "records": ["RecordsError", "load_records"],
         "rescore": ["RescoreConfig"],
         "shards": ["Share", "resolve_share", "share_from_environment"],

@@ -109,14 +109,14 @@ class Options(_Strict):
 
 
 StsRule = Literal["intended", "release"]
-PACKAGE_KINDS = ("wordnet", "manpages")  # sources read from Debian packages, not from a dataset hub
+PACKAGE_KINDS = ("wordnet", "manpages", "packages")  # read from Debian's mirror, not from a dataset hub
 
 
 class Manifest(_Strict):
     name: str
     description: str
-    # rows, retrieval: a hub dataset; wordnet, manpages: Debian packages read by neoembed (`PACKAGE_KINDS`)
-    kind: Literal["rows", "retrieval", "wordnet", "manpages"] = "rows"
+    # rows, retrieval: a hub dataset; wordnet, manpages, packages: Debian's data read by neoembed (`PACKAGE_KINDS`)
+    kind: Literal["rows", "retrieval", "wordnet", "manpages", "packages"] = "rows"
     dataset: str | None = None
     config: str | None = None
     split: str = "train"

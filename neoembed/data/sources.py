@@ -1,4 +1,4 @@
-"""Open a manifest's source as a `datasets.Dataset`: from the hub, a local copy, or WordNet.
+"""Open a manifest's source as a `datasets.Dataset`: from the hub, a local copy, or Debian's packages.
 
 A local copy (`--local-data DIR`, read from `DIR/<source>`) is a snapshot of the hub repository (README
 configs and data files) or a plain folder of data files, optionally with one sub-folder per config, so the
@@ -28,6 +28,8 @@ def open_source(manifest: Manifest, local_root: Path | None = None):
         return _wordnet(manifest, local)
     if manifest.kind == "manpages":
         return _manpages()
+    if manifest.kind == "packages":
+        return _packages()
     if manifest.kind == "retrieval":
         return _retrieval(manifest, local)
     return _load(manifest, Subset(config=manifest.config, split=manifest.split), local)
@@ -174,6 +176,23 @@ def _manpages():
             "query": [p.summary for p in pages],
             "positive": [p.description for p in pages],
             "page": [p.name for p in pages],
+        }
+    )
+
+
+def _packages():
+    """One row per distinct description in Debian's package descriptions: a package's synopsis -> the opening
+    of its long description (`data.packages`); `package` names it ("0ad")."""
+    from datasets import Dataset
+
+    from neoembed.data.packages import load_descriptions
+
+    descriptions = load_descriptions()
+    return Dataset.from_dict(
+        {
+            "query": [d.synopsis for d in descriptions],
+            "positive": [d.description for d in descriptions],
+            "package": [d.package for d in descriptions],
         }
     )
 
