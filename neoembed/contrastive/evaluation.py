@@ -60,9 +60,11 @@ def retrieval_set(spec: HeldOutSet) -> tuple[dict, dict, dict]:
 
 def prompt_source(spec: HeldOutSet) -> str | None:
     """The source whose prompts a set's texts get: the WordNet build's source is `wordnet`; FOLDOC is no
-    training source, so it gets the default pair (the export's `query` / `document` prompts)."""
-    named = {"wordnet": "wordnet", "foldoc": None, "manpages": "manpages", "packages": "packages"}
-    return named.get(spec.kind, spec.source)
+    training source, so it gets the default pair (the export's `query` / `document` prompts); a records set
+    gets its `source`'s, and every other kind is read from the training source of its name."""
+    if spec.kind == "foldoc":
+        return None
+    return spec.source if spec.kind == "records" else spec.kind
 
 
 def metric_prefix(spec: HeldOutSet, dim: int | None = None) -> str:
