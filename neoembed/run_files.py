@@ -62,10 +62,11 @@ def append_jsonl(path: Path, record: dict) -> None:
 
 @contextmanager
 def one_writer(
-    directory: Path, name: str = "writer", param: str | None = None, create: bool = True
+    directory: Path, name: str = "writer", param: str | None = None, create: bool = True, wait: bool = False
 ) -> Iterator[None]:
     """Hold `directory`'s one-writer lock while the body runs; a second writer gets `OutputLocked` at once,
-    naming the process that holds it, before it writes anything.
+    naming the process that holds it, before it writes anything (with `wait`: it waits its turn, for writers
+    that would write the same thing, so the next one finds the work done).
 
     The lock is filelock's OS lock (flock) on `<directory>/.<name>.lock`: the kernel releases it when its
     holder exits, however it exits, so a killed writer leaves no stale lock and a re-run resumes. Beside it,
@@ -83,7 +84,7 @@ def one_writer(
     directory.mkdir(parents=True, exist_ok=True)
     lock_path = directory / f".{name}.lock"
     holder = lock_path.with_name(lock_path.name + ".holder")
-    lock = FileLock(lock_path, timeout=0)
+    lock = FileLock(lock_path, timeout=-1 if wait else 0)
     try:
         lock.acquire()
     except Timeout:

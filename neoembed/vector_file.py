@@ -47,7 +47,7 @@ def trim_vectors(path: Path, dim: int, rows: int) -> None:
     if rows > whole:
         # os.truncate would pad with zeros: zero vectors stored silently for texts never embedded.
         raise VectorFileError(f"{path} holds {whole} vectors, fewer than the {rows} needed; rebuild it")
-    if path.exists():
+    if path.exists() and path.stat().st_size != rows * 4 * dim:  # a file already whole is left untouched
         os.truncate(path, rows * 4 * dim)
 
 

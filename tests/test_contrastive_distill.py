@@ -21,6 +21,10 @@ from neoembed.contrastive.distill import (
     TeacherCacheError,
     TeacherTargets,
     cache_teacher_outputs,
+    pin_teacher,
+    shared_cache_dir,
+    teacher_cache_root,
+    teacher_identity,
 )
 from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
 from neoembed.contrastive.model import build_model
@@ -212,9 +216,8 @@ class Interrupted(Exception):
 
 def test_a_killed_teacher_cache_resumes_to_the_uninterrupted_outputs(tmp_path, build, tiny_model):
     texts = distinct_texts(build)
-    straight = cache_teacher_outputs(
-        tiny_model, "tiny", texts, tmp_path / "a", batch_size=4, chunk_rows=8, trained_on=False
-    )
+    identity = teacher_identity(tiny_model, "tiny", texts)
+    straight = cache_teacher_outputs(tiny_model, identity, texts, tmp_path / "a", batch_size=4, chunk_rows=8)
     reference = np.array(straight.vectors)
     assert reference.shape == (len(texts), 32)
     # Looked up by key, a text's row is the teacher's embedding of that text.
@@ -233,15 +236,13 @@ def test_a_killed_teacher_cache_resumes_to_the_uninterrupted_outputs(tmp_path, b
     tiny_model.encode = dies_at_the_third_chunk
     try:
         with pytest.raises(Interrupted):
-            cache_teacher_outputs(
-                tiny_model, "tiny", texts, tmp_path / "b", batch_size=4, chunk_rows=8, trained_on=False
-            )
+            cache_teacher_outputs(tiny_model, identity, texts, tmp_path / "b", batch_size=4, chunk_rows=8)
         with (tmp_path / "b" / "vectors.f32").open("ab") as torn:  # and a half-written row
             torn.write(b"\0" * 10)
         calls.clear()
         tiny_model.encode = lambda chunk, **kwargs: calls.append(len(chunk)) or encode(chunk, **kwargs)
         resumed = cache_teacher_outputs(
-            tiny_model, "tiny", texts, tmp_path / "b", batch_size=4, chunk_rows=8, trained_on=False
+            tiny_model, identity, texts, tmp_path / "b", batch_size=4, chunk_rows=8
         )
     finally:
         del tiny_model.encode
@@ -250,34 +251,51 @@ def test_a_killed_teacher_cache_resumes_to_the_uninterrupted_outputs(tmp_path, b
     assert (tmp_path / "b" / "vectors.f32").read_bytes() == (tmp_path / "a" / "vectors.f32").read_bytes()
 
 
-def test_a_cache_of_another_teacher_or_other_data_is_rebuilt_or_refused(tmp_path, build, tiny_model):
+def test_runs_share_the_outputs_of_one_teacher_on_one_build_and_a_resumed_run_keeps_its_own(
+    tmp_path, build, tiny_model
+):
     import copy
 
-    cache = tmp_path / "teacher"
     texts = distinct_texts(build)
-    first = cache_teacher_outputs(
-        tiny_model, "tiny", texts, cache, batch_size=8, chunk_rows=64, trained_on=False
-    )
-    first = np.array(first.vectors)
+    tiny = teacher_identity(tiny_model, "tiny", texts)
+    # The same weights under another name (`base` resolves to the model being tuned): the same outputs.
+    assert shared_cache_dir(
+        tmp_path, teacher_identity(tiny_model, "elsewhere/tiny", texts)
+    ) == shared_cache_dir(tmp_path, tiny)
     other = copy.deepcopy(tiny_model)  # the same name, other weights: a fine-tuned teacher, say
     with torch.no_grad():
         for parameter in other.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
-    # Checkpoints trained on the old outputs: refused, naming what changed.
+    retrained = teacher_identity(other, "tiny", texts)
+    fewer = teacher_identity(tiny_model, "tiny", distinct_texts(build, max_rows=6))
+    directories = {shared_cache_dir(tmp_path, identity) for identity in (tiny, retrained, fewer)}
+    assert len(directories) == 3 and all(d.parent == tmp_path for d in directories)
+
+    # A run pins what it trains on; once checkpoints trained on it, other outputs are refused, naming what
+    # changed; before any checkpoint, the run moves to the new outputs.
+    record = tmp_path / "run" / "teacher" / "manifest.json"
+    pin_teacher(record, tiny, "here", trained_on=False)
     with pytest.raises(TeacherCacheError, match=r"\(fingerprint differ") as refused:
-        cache_teacher_outputs(other, "tiny", texts, cache, batch_size=8, chunk_rows=64, trained_on=True)
-    assert str(cache) in str(refused.value) and "train.output_dir" in str(refused.value)
-    fewer = distinct_texts(build, max_rows=6)
+        pin_teacher(record, retrained, "there", trained_on=True)
+    assert str(record) in str(refused.value) and "train.output_dir" in str(refused.value)
     with pytest.raises(TeacherCacheError, match="texts, keys"):
-        cache_teacher_outputs(tiny_model, "tiny", fewer, cache, batch_size=8, chunk_rows=64, trained_on=True)
-    assert np.array_equal(np.fromfile(cache / "vectors.f32", dtype="<f4").reshape(first.shape), first)
-    # No checkpoint yet: rebuilt for the new teacher.
-    rebuilt = cache_teacher_outputs(
-        other, "tiny", texts, cache, batch_size=8, chunk_rows=64, trained_on=False
-    )
-    assert not np.allclose(rebuilt.vectors, first, atol=1e-3)
-    assert np.allclose(rebuilt.vectors[:2], other.encode(texts[:2]), atol=1e-5)
-    assert json.loads((cache / "manifest.json").read_text())["fingerprint"] == model_fingerprint(other)
+        pin_teacher(record, fewer, "there", trained_on=True)
+    assert json.loads(record.read_text()) == {**tiny, "outputs": "here"}
+    pin_teacher(record, retrained, "there", trained_on=False)
+    assert json.loads(record.read_text())["fingerprint"] == model_fingerprint(other)
+
+
+def test_the_teacher_outputs_live_beside_the_build_or_in_the_run_where_the_build_is_read_only(
+    tmp_path, monkeypatch
+):
+    import neoembed.contrastive.distill as distill
+
+    build, run = tmp_path / "build", tmp_path / "run"
+    build.mkdir()
+    assert teacher_cache_root(build, run) == build / "teacher-outputs"
+    # (os.access, not chmod: the tests may run as root, who may write anywhere)
+    monkeypatch.setattr(distill.os, "access", lambda path, mode: path != build)
+    assert teacher_cache_root(build, run) == run / "teacher"
 
 
 # Training --------------------------------------------------------------------------------------------
@@ -354,12 +372,16 @@ def test_a_resumed_distillation_run_ends_with_the_uninterrupted_weights_and_stat
         return run_contrastive(ContrastiveSettings.model_validate(plan))
 
     run(tmp_path / "a")
+    outputs = Path(json.loads((tmp_path / "a" / "teacher" / "manifest.json").read_text())["outputs"])
+    assert outputs.parent == build / "teacher-outputs"
+    embedded = (outputs / "vectors.f32").stat().st_mtime_ns
     crashed = tmp_path / "b"
     run(crashed)
+    assert (outputs / "vectors.f32").stat().st_mtime_ns == embedded  # the second run read the first's outputs
     assert (crashed / "checkpoint-2" / "distill_projection.safetensors").exists()
     for lost in ("checkpoint-4", "neobert-embed"):  # killed after step 2's checkpoint
         shutil.rmtree(crashed / lost)
-    (crashed / "teacher" / "vectors.f32").unlink()  # and the cache is rebuilt to the same outputs
+    (outputs / "vectors.f32").unlink()  # and the shared cache is rebuilt to the same outputs
     summary = run(crashed)
     assert summary.steps == 4
     reference, again = (

@@ -1,11 +1,14 @@
 """Distillation from a teacher embedder: the teacher's output for every distinct training text, computed once
-and cached beside the run, and the two distillation terms InfoNCELoss adds to its own.
+per build and cached beside it, and the two distillation terms InfoNCELoss adds to its own.
 
-The cache: `<train.output_dir>/teacher/vectors.f32` holds the teacher's embedding of each distinct text (by
-`text_key`), written chunk by chunk by `neoembed.vector_file.embed_to_file`, so a killed run resumes the
-encoding where it stopped; `manifest.json` says which teacher (its weights' fingerprint) embedded which texts
-(a digest of their keys in row order). The training batches already carry every text's key (the loss's
-labels), so the loss looks the teacher's outputs up by key: nothing is added to the dataset.
+The cache: `<data.path>/teacher-outputs/<digest>/vectors.f32` holds the teacher's embedding of each distinct
+text (by `text_key`), written chunk by chunk by `neoembed.vector_file.embed_to_file`, so a killed run resumes
+the encoding where it stopped; `manifest.json` says which teacher (its weights' fingerprint) embedded which
+texts (a digest of their keys in row order), and the directory's name is a digest of that, so every run on the
+build with the same teacher and texts (another seed, precision or learning rate) reuses it. Each run records
+the outputs it trains on in `<train.output_dir>/teacher/manifest.json` and refuses other ones on resume. The
+training batches already carry every text's key (the loss's labels), so the loss looks the teacher's outputs
+up by key: nothing is added to the dataset.
 
 Why not sentence-transformers' distillation losses as they are: MSELoss / EmbedDistillLoss, DistillKLDivLoss
 and MarginMSELoss read the teacher's outputs from the dataset's label column, while here the labels are the
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,15 +38,16 @@ from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.embedder import EmbedderError, load_embedder, model_fingerprint
 from neoembed.errors import RunError
 from neoembed.recipes import RecipeError
-from neoembed.run_files import write_json
+from neoembed.run_files import one_writer, write_json
 from neoembed.vector_file import embed_to_file
 
-CACHE_DIR = "teacher"  # under train.output_dir
+SHARED_CACHE_DIR = "teacher-outputs"  # under data.path: <digest>/vectors.f32 and manifest.json
+RUN_RECORD_DIR = "teacher"  # under train.output_dir: manifest.json, the outputs the run trains on
 PROJECTION_FILE = "distill_projection.safetensors"  # in each checkpoint, beside the student's weights
 
 
 class TeacherCacheError(RunError):
-    """A teacher cache made by another teacher or for other texts, which the run's checkpoints trained on."""
+    """A resumed run whose teacher or texts changed since its checkpoints were trained."""
 
 
 class DistinctTexts(Sequence):
@@ -103,22 +108,9 @@ class TeacherTargets:
         return torch.from_numpy(np.ascontiguousarray(self.vectors[rows])).to(keys.device)
 
 
-def cache_teacher_outputs(
-    teacher,
-    name: str,
-    texts: DistinctTexts,
-    directory: Path,
-    *,
-    batch_size: int,
-    chunk_rows: int,
-    trained_on: bool,
-) -> TeacherTargets:
-    """The teacher's embedding of every text in `directory`, computing what is not there yet.
-
-    A cache from another teacher (weights) or of other texts is rebuilt when no checkpoint has trained on it
-    (`trained_on` False), and refused otherwise: a resumed run must keep the targets it started with.
-    """
-    identity = {
+def teacher_identity(teacher, name: str, texts: DistinctTexts) -> dict:
+    """What a teacher cache holds: which weights (and truncation) embedded which texts."""
+    return {
         "teacher": name,
         "fingerprint": model_fingerprint(teacher),
         "dimension": teacher.get_embedding_dimension(),
@@ -126,25 +118,58 @@ def cache_teacher_outputs(
         "texts": len(texts),
         "keys": texts.digest(),
     }
-    manifest, vectors = directory / "manifest.json", directory / "vectors.f32"
-    if manifest.exists():
-        recorded = json.loads(manifest.read_text())
+
+
+def shared_cache_dir(root: Path, identity: dict) -> Path:
+    """`root`/<digest of the identity>: one directory per (teacher weights, texts), whatever the teacher's
+    name (`base` and `minilm` on MiniLM share it)."""
+    content = {field: value for field, value in identity.items() if field != "teacher"}
+    digest = hashlib.blake2b(json.dumps(content, sort_keys=True).encode(), digest_size=8).hexdigest()
+    return root / digest
+
+
+def teacher_cache_root(data_path: Path, output_dir: Path) -> Path:
+    """Beside the build (`<data.path>/teacher-outputs`), so every run on it shares the teacher's outputs (a
+    bench's seeds and precisions, the quickstart's two fine-tunes); the run's own directory where the build
+    cannot be written to."""
+    if os.access(data_path, os.W_OK):
+        return data_path / SHARED_CACHE_DIR
+    return output_dir / RUN_RECORD_DIR
+
+
+def pin_teacher(record: Path, identity: dict, outputs: str, trained_on: bool) -> None:
+    """Record in the run which teacher outputs it trains on (and where they are); refuse other ones once
+    checkpoints trained on the recorded ones (a resumed run must keep its targets)."""
+    if record.exists():
+        recorded = json.loads(record.read_text())
         changed = [field for field, value in identity.items() if recorded.get(field) != value]
         if changed and trained_on:
             raise TeacherCacheError(
-                f"{directory} holds the teacher outputs this run's checkpoints were trained on, but the "
-                f"teacher or the texts changed since ({', '.join(changed)} differ; same recipe, so the files "
-                f"behind the names changed). Resuming would train on other targets: use another "
-                f"train.output_dir, or delete {directory} and the checkpoints to start over."
+                f"{record}: this run's checkpoints were trained on other teacher outputs ({', '.join(changed)} "
+                "differ; same recipe, so the files behind the names changed). Resuming would train on other "
+                f"targets: use another train.output_dir, or delete {record.parent} and the checkpoints to "
+                "start over."
             )
-        if changed:
-            print(f"rebuilding the teacher outputs in {directory}: {', '.join(changed)} changed")
-            vectors.unlink(missing_ok=True)
-    directory.mkdir(parents=True, exist_ok=True)
-    write_json(manifest, identity)  # before the vectors: it describes every row written after it
-    embedded = embed_to_file(
-        teacher, texts, vectors, chunk_rows=chunk_rows, batch_size=batch_size, normalize=False
-    )
+    record.parent.mkdir(parents=True, exist_ok=True)
+    write_json(record, {**identity, "outputs": outputs})
+
+
+def cache_teacher_outputs(
+    teacher, identity: dict, texts: DistinctTexts, directory: Path, *, batch_size: int, chunk_rows: int
+) -> TeacherTargets:
+    """The teacher's embedding of every text in `directory` (one per identity), computing what is not there
+    yet. Runs that need the same outputs at once take turns: the first embeds, the next finds them done."""
+    with one_writer(directory, "teacher", param="loss.distill", wait=True):
+        # The manifest goes first: it describes every row written after it.
+        write_json(directory / "manifest.json", identity)
+        embedded = embed_to_file(
+            teacher,
+            texts,
+            directory / "vectors.f32",
+            chunk_rows=chunk_rows,
+            batch_size=batch_size,
+            normalize=False,
+        )
     return TeacherTargets(texts.keys, embedded)
 
 
@@ -250,16 +275,14 @@ def distillation_term(
     <train.output_dir>/teacher. `args`: the run's TrainingArguments (device, which process embeds)."""
     distill = settings.loss.distill
     teacher.to(args.device)
+    identity = teacher_identity(teacher, teacher_name(settings), texts)
+    output_dir = Path(settings.train.output_dir)
     # One process embeds (per machine where they do not share the output directory); the others read it.
+    directory = shared_cache_dir(teacher_cache_root(Path(settings.data.path), output_dir), identity)
+    pin_teacher(output_dir / RUN_RECORD_DIR / "manifest.json", identity, str(directory), trained_on)
     with args.main_process_first(local=args.save_on_each_node, desc="teacher outputs"):
         targets = cache_teacher_outputs(
-            teacher,
-            teacher_name(settings),
-            texts,
-            Path(settings.train.output_dir) / CACHE_DIR,
-            batch_size=distill.batch_size,
-            chunk_rows=distill.chunk_rows,
-            trained_on=trained_on,
+            teacher, identity, texts, directory, batch_size=distill.batch_size, chunk_rows=distill.chunk_rows
         )
     if distill.target == "scores":
         return ScoreDistillation(targets, distill.temperature or settings.loss.temperature, distill.weight)
