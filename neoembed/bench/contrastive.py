@@ -166,13 +166,16 @@ def data_identity(data: Path) -> str:
 
 def reuse_or_train(run_dir: Path, identity: dict, fresh: bool, train: Callable[[], dict]) -> dict:
     """The result recorded by a finished run in `run_dir` with the same `identity`, else train afresh (a
-    resumed run would get a second time budget)."""
+    resumed run would get a second time budget). `run_dir` may be a link to a run of another bench directory
+    (reused from there; replaced by a fresh run of its own, never trained over)."""
     marker = run_dir / "bench-run.json"
     identity = json.loads(json.dumps(identity))  # as it reads back from the marker
     if not fresh and marker.is_file():
         recorded = json.loads(marker.read_text())
         if recorded["identity"] == identity:
             return {**recorded["result"], "reused": True}
+    if run_dir.is_symlink():
+        run_dir.unlink()
     shutil.rmtree(run_dir, ignore_errors=True)
     result = train()
     write_json(marker, {"identity": identity, "result": result})
@@ -208,6 +211,14 @@ def neoembed_settings(
     if budget.minutes:
         shared["train.max_minutes"] = budget.minutes  # within the recipe's schedule of steps
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
+
+
+def recipe_identity(settings) -> dict:
+    """What a neoembed arm trains, not where it is written: a bench directory renamed, or an arm linked in
+    from another one, is reused."""
+    recipe = settings.model_dump(mode="json")
+    del recipe["train"]["output_dir"], recipe["export"]["path"]
+    return recipe
 
 
 def train_neoembed(settings) -> dict:
@@ -266,7 +277,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
             )
         model = bench.neobert if arm.method == "neobert" else base
         settings = neoembed_settings(recipe, model, data, run_dir, budget, threads, overrides)
-        identity = {"recipe": settings.model_dump(mode="json"), "data": data_id}
+        identity = {"recipe": recipe_identity(settings), "data": data_id}
         return reuse_or_train(run_dir, identity, fresh, lambda: train_neoembed(settings))
 
     runs = {arm.name: train(arm) for arm in arms}
