@@ -198,28 +198,22 @@ def test_an_arm_linked_in_from_another_bench_is_reused_or_replaced_never_trained
     from neoembed.bench.contrastive import recipe_identity, reuse_or_train
     from neoembed.contrastive import ContrastiveSettings
 
-    def settings(out: Path, lr: float = 1e-4):
-        return ContrastiveSettings.model_validate(
-            {
-                "data": {"path": "d"},
-                "train": {"output_dir": str(out)},
-                "export": {"path": str(out / "m")},
-                "optim": {"lr": lr},
-            }  # fmt: skip
-        )
+    def recipe(out: Path, lr: float = 1e-4) -> dict:
+        plan = {"data": {"path": "d"}, "train": {"output_dir": str(out)}, "export": {"path": str(out / "m")},
+                "optim": {"lr": lr}}  # fmt: skip
+        return ContrastiveSettings.model_validate(plan).model_dump(mode="json")
 
     other, here = tmp_path / "other" / "arm", tmp_path / "here" / "arm"
-    identity = {"recipe": recipe_identity(settings(other)), "data": "x"}
-    reuse_or_train(
-        other, identity, False, lambda: (other.mkdir(parents=True, exist_ok=True), {"steps": 3})[1]
-    )
+    # A marker as written before arms were identified without their location.
+    written = {"recipe": recipe(other), "data": "x"}
+    reuse_or_train(other, written, False, lambda: (other.mkdir(parents=True), {"steps": 3})[1])
     here.parent.mkdir()
     here.symlink_to(other)
     # Where an arm is written is not what it trains: the same recipe elsewhere reuses it.
-    same = {"recipe": recipe_identity(settings(here)), "data": "x"}
+    same = {"recipe": recipe_identity(recipe(here)), "data": "x"}
     assert reuse_or_train(here, same, False, lambda: pytest.fail("retrained")) == {"steps": 3, "reused": True}
     # Another recipe trains a run of its own in place of the link, and the linked run stays as it was.
-    changed = {"recipe": recipe_identity(settings(here, lr=2e-4)), "data": "x"}
+    changed = {"recipe": recipe_identity(recipe(here, lr=2e-4)), "data": "x"}
     result = reuse_or_train(here, changed, False, lambda: (here.mkdir(), {"steps": 4})[1])
     assert result == {"steps": 4} and not here.is_symlink()
     assert json.loads((other / "bench-run.json").read_text())["result"] == {"steps": 3}

@@ -172,6 +172,8 @@ def reuse_or_train(run_dir: Path, identity: dict, fresh: bool, train: Callable[[
     identity = json.loads(json.dumps(identity))  # as it reads back from the marker
     if not fresh and marker.is_file():
         recorded = json.loads(marker.read_text())
+        if "recipe" in recorded["identity"]:  # markers written before 2026-11-26 also held the arm's location
+            recorded["identity"]["recipe"] = recipe_identity(recorded["identity"]["recipe"])
         if recorded["identity"] == identity:
             return {**recorded["result"], "reused": True}
     if run_dir.is_symlink():
@@ -213,12 +215,12 @@ def neoembed_settings(
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
 
 
-def recipe_identity(settings) -> dict:
-    """What a neoembed arm trains, not where it is written: a bench directory renamed, or an arm linked in
-    from another one, is reused."""
-    recipe = settings.model_dump(mode="json")
-    del recipe["train"]["output_dir"], recipe["export"]["path"]
-    return recipe
+def recipe_identity(recipe: dict) -> dict:
+    """What a neoembed arm trains (its recipe, dumped), not where it is written: a bench directory renamed,
+    or an arm linked in from another one, is reused."""
+    train = {k: v for k, v in recipe["train"].items() if k != "output_dir"}
+    export = {k: v for k, v in recipe["export"].items() if k != "path"}
+    return {**recipe, "train": train, "export": export}
 
 
 def train_neoembed(settings) -> dict:
@@ -277,7 +279,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
             )
         model = bench.neobert if arm.method == "neobert" else base
         settings = neoembed_settings(recipe, model, data, run_dir, budget, threads, overrides)
-        identity = {"recipe": recipe_identity(settings), "data": data_id}
+        identity = {"recipe": recipe_identity(settings.model_dump(mode="json")), "data": data_id}
         return reuse_or_train(run_dir, identity, fresh, lambda: train_neoembed(settings))
 
     runs = {arm.name: train(arm) for arm in arms}
