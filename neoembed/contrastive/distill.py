@@ -271,15 +271,15 @@ def load_teacher(settings: ContrastiveSettings, student, world_size: int):
 def distillation_term(
     settings: ContrastiveSettings, student, teacher, texts: DistinctTexts, args, trained_on: bool
 ) -> nn.Module:
-    """The recipe's distillation term for InfoNCELoss, with the teacher's outputs cached (or read back) in
-    <train.output_dir>/teacher. `args`: the run's TrainingArguments (device, which process embeds)."""
+    """The recipe's distillation term for InfoNCELoss, with the teacher's outputs cached (or read back) beside
+    the build (`teacher_cache_root`). `args`: the run's TrainingArguments (device, which process embeds)."""
     distill = settings.loss.distill
     teacher.to(args.device)
     identity = teacher_identity(teacher, teacher_name(settings), texts)
     output_dir = Path(settings.train.output_dir)
-    # One process embeds (per machine where they do not share the output directory); the others read it.
     directory = shared_cache_dir(teacher_cache_root(Path(settings.data.path), output_dir), identity)
     pin_teacher(output_dir / RUN_RECORD_DIR / "manifest.json", identity, str(directory), trained_on)
+    # One process embeds (per machine where they do not share the output directory); the others read it.
     with args.main_process_first(local=args.save_on_each_node, desc="teacher outputs"):
         targets = cache_teacher_outputs(
             teacher, identity, texts, directory, batch_size=distill.batch_size, chunk_rows=distill.chunk_rows
