@@ -80,7 +80,8 @@ def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, li
             "neobert-embed",
             [
                 "Both fine-tuned from the `contrastive-cpu` recipe (the NeoBERT with a larger step and batch, "
-                "plus distillation from all-MiniLM-L6-v2); scored before and after on "
+                "distilling all-MiniLM-L6-v2; MiniLM distilling its own base scores, the same cached outputs); "
+                "scored before and after on "
                 "held-out WordNet example sentence -> definition retrieval and on FOLDOC term -> definition, "
                 "a source the training data never came from:",
                 "",
