@@ -279,7 +279,8 @@ def distillation_term(
     output_dir = Path(settings.train.output_dir)
     directory = shared_cache_dir(teacher_cache_root(Path(settings.data.path), output_dir), identity)
     pin_teacher(output_dir / RUN_RECORD_DIR / "manifest.json", identity, str(directory), trained_on)
-    # One process embeds (per machine where they do not share the output directory); the others read it.
+    # One process goes first (per machine with save_on_each_node) and embeds; the others then find the outputs
+    # done (the cache's lock covers other runs on the same build).
     with args.main_process_first(local=args.save_on_each_node, desc="teacher outputs"):
         targets = cache_teacher_outputs(
             teacher, identity, texts, directory, batch_size=distill.batch_size, chunk_rows=distill.chunk_rows
