@@ -82,8 +82,11 @@ def test_the_docs_page_sets_each_target_beside_the_dry_run_figure(dry_run, tmp_p
     rows = [line for line in table.splitlines() if line.startswith("| ") and "verdict" not in line]
     assert len(rows) == len(gpu_docs.TARGETS)
     assert all(line.count("|") == 5 for line in rows), "no cell breaks the table"
+    # the row states the figure the dry run measured and the verdict that figure gives, whatever this CPU's speed
     forward = next(line for line in rows if line.startswith("| forward inference"))
-    assert forward.rstrip(" |").endswith("missed"), "a tiny CPU model does not reach 0.9M tokens/s"
+    verdict = gpu_docs.forward_rate(gpu_docs.Results(out))
+    assert verdict.met is not None and verdict.measured.endswith("tokens/s") and verdict.measured in forward
+    assert forward.rstrip(" |").endswith("met" if verdict.met else "missed")
     assert "| serve |" not in text.split("## Stages")[1], "not in this run"
     assert "not measured" in next(line for line in rows if line.startswith("| neoembed contrastive"))
 

@@ -1,5 +1,6 @@
-"""The server under load, for MiniLM and for a NeoBERT export: every request answered correctly, and
-/health answering promptly all along, however busy the model is.
+"""The server under load, for MiniLM and for a NeoBERT export: every request answered correctly and
+/health answering all along; and /health answering while the inference process is stopped mid-batch, so it
+never waits behind inference, whatever the machine's speed (no test here asserts a latency).
 
 The NeoBERT is the quickstart's size (4 x 128): its forward pass is mostly Python dispatching small tensor
 ops, the load under which health once starved while the model ran in the server's own process. Served in
@@ -8,8 +9,11 @@ fp32, pinned, so every answer equals fp32 `encode` to 1e-5 on any CPU.
 
 import asyncio
 import base64
+import os
+import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -25,9 +29,6 @@ from neoembed.serve import ServeSettings, create_app, serve_in_thread
 CLIENTS = 24
 REQUESTS = 600
 MIN_PROBES = 150
-# Generous for a loaded 2-core CI machine (the target on a quiet one is 100 ms); a health route that waits
-# behind inference is far slower than this.
-HEALTH_P95_SECONDS = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +44,14 @@ def neobert_export(tmp_path_factory):
     return root / "embedder"
 
 
-def probe_health(url: str, latencies: list[float], done: threading.Event) -> None:
+def probe_health(url: str, statuses: list[int], done: threading.Event) -> None:
     with httpx.Client() as client:
         while not done.is_set():
-            started = time.perf_counter()
-            assert client.get(f"{url}/health").status_code == 200
-            latencies.append(time.perf_counter() - started)
+            statuses.append(client.get(f"{url}/health").status_code)
             time.sleep(0.01)
 
 
-async def drive(url: str, pool: list[str], expected: np.ndarray, probes: list[float]) -> list:
+async def drive(url: str, pool: list[str], expected: np.ndarray, probes: list[int]) -> list:
     """CLIENTS concurrent clients posting requests of 1-8 pool texts (base64, as the openai client asks)
     until REQUESTS were answered and MIN_PROBES health probes taken; returns the failures."""
     rng = np.random.default_rng(0)
@@ -80,7 +79,7 @@ async def drive(url: str, pool: list[str], expected: np.ndarray, probes: list[fl
 
 
 @pytest.mark.parametrize("kind", ["minilm", "neobert"])
-def test_under_load_every_request_is_right_and_health_stays_fast(kind, minilm_path, neobert_export):
+def test_under_load_every_request_is_right_and_health_answers_throughout(kind, minilm_path, neobert_export):
     path = str(minilm_path if kind == "minilm" else neobert_export)
     rng = np.random.default_rng(1)
     words = [
@@ -108,17 +107,48 @@ def test_under_load_every_request_is_right_and_health_stays_fast(kind, minilm_pa
     finally:
         torch.set_num_threads(threads)
 
-    latencies: list[float] = []
+    statuses: list[int] = []
     done = threading.Event()
     with serve_in_thread(create_app(ServeSettings(model=path, threads=1, dtype="float32"))) as url:
-        poller = threading.Thread(target=probe_health, args=(url, latencies, done))
+        poller = threading.Thread(target=probe_health, args=(url, statuses, done))
         poller.start()
         try:
-            failures = asyncio.run(drive(url, pool, expected, latencies))
+            failures = asyncio.run(drive(url, pool, expected, statuses))
         finally:
             done.set()
             poller.join()
     assert failures == []
-    assert len(latencies) >= MIN_PROBES
-    p95 = float(np.percentile(latencies, 95))
-    assert p95 < HEALTH_P95_SECONDS, f"/health p95 {p95 * 1000:.0f} ms over {len(latencies)} probes"
+    assert len(statuses) >= MIN_PROBES and set(statuses) == {200}, "health answered ok between the requests"
+
+
+def handed_over(url: str, inputs: int) -> None:
+    """Wait until `inputs` inputs have left the queue for the inference process (the metrics count them)."""
+    line = f"neoembed_queue_duration_seconds_count {float(inputs)}"
+    deadline = time.monotonic() + 30
+    while line not in httpx.get(f"{url}/metrics").text:
+        assert time.monotonic() < deadline, "the batch never left the queue"
+        time.sleep(0.01)
+
+
+def test_health_answers_while_the_inference_process_is_stopped_mid_batch(minilm_path):
+    """The ordering, not a latency: with the inference process stopped (SIGSTOP) while it holds a request,
+    /health still answers, and the request completes, correct, once the process continues."""
+    texts = [f"a sentence about rivers and rain, number {i}" for i in range(64)]
+    expected = load_embedder(str(minilm_path)).encode(texts, normalize_embeddings=True)
+    app = create_app(ServeSettings(model=str(minilm_path), threads=1, dtype="float32"))
+    with serve_in_thread(app) as url:
+        worker = app.state.server.backend.process._process.pid
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(httpx.post, f"{url}/embed", json={"inputs": texts}, timeout=120)
+                handed_over(url, len(texts))  # to the stopped process: the request cannot finish now
+                for _ in range(5):  # a health route behind inference would never answer: 10 s is a deadline
+                    assert httpx.get(f"{url}/health", timeout=10).status_code in (200, 503)
+                assert not pending.done(), "the request waits for the stopped inference process"
+                os.kill(worker, signal.SIGCONT)
+                answer = pending.result()
+        finally:
+            os.kill(worker, signal.SIGCONT)
+    assert answer.status_code == 200
+    assert np.allclose(np.asarray(answer.json(), dtype=np.float32), expected, atol=1e-5)

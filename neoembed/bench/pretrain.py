@@ -201,7 +201,7 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
         device=torch.cuda.get_device_name(device) if device_type == "cuda" else device,
         dtype="bf16 autocast" if autocast else "fp32",
         compile=compile,
-        peak_tflops=round(peak / 1e12, 3),
+        peak_tflops=float(f"{peak / 1e12:.4g}"),  # significant digits: a tiny --peak-tflops stays visible
         peak_source=peak_source,
     )
     rows = list(results.values())
