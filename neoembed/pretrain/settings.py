@@ -53,7 +53,7 @@ class ModelSettings(StrictSettings):
     """A tokenizer path or hub id; None: the packaged bert-base-uncased vocabulary."""
     embeddings_from: str | None = None
     """A sentence-transformers teacher with the tokenizer's vocabulary (a directory, hub id or minilm) whose
-    embedding of each token, reduced by PCA, initialises a from-scratch model's word embeddings
+    word-embedding table, reduced by PCA, initialises a from-scratch model's word embeddings
     (neoembed.pretrain.teacher_embeddings); None: random word embeddings."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more compute)."""
