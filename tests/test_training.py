@@ -156,3 +156,27 @@ def test_contrastive_keeps_its_negatives_with_larger_batches_in_gradcache_chunks
     assert larger_batches(Launch(2, 32, 1, mini_batch_size=8), 1) == Launch(1, 64, 1, mini_batch_size=8)
     with pytest.raises(RecipeError, match="global batch of 24 .* does not divide among 5 ranks"):
         larger_batches(Launch(3, 8, 1), 5)
+
+
+@pytest.mark.parametrize(
+    ("setting", "device", "expected"),
+    [("auto", "cuda", True), ("auto", "cpu", False), (True, "cpu", True), (False, "cuda", False)],
+)
+def test_train_compile_auto_compiles_on_cuda_only_and_true_or_false_force_it(setting, device, expected):
+    from neoembed.training import TrainSettings, compile_wanted
+
+    assert TrainSettings().compile == "auto"
+    assert compile_wanted(TrainSettings(compile=setting).compile, device) is expected
+
+
+def test_every_trainer_compiles_through_the_setting_on_its_device():
+    """On this CPU, auto leaves NeoBERT eager and true compiles its blocks (compilation itself waits for the
+    first forward pass)."""
+    from neoembed.pretrain.neobert import NeoBERTForMaskedLM, tiny_config
+    from neoembed.training import TrainSettings, compile_for_training
+
+    eager, compiled = NeoBERTForMaskedLM(tiny_config()), NeoBERTForMaskedLM(tiny_config())
+    assert compile_for_training(eager, TrainSettings(precision="fp32")) is False
+    assert compile_for_training(compiled, TrainSettings(precision="fp32", compile=True)) is True
+    blocks = [[block.compiled for block in model.model.transformer_encoder] for model in (eager, compiled)]
+    assert blocks == [[False] * 2, [True] * 2]

@@ -48,12 +48,13 @@ from neoembed.training import (
     Launch,
     MetricsLog,
     TimeBudget,
-    compile_encoder,
+    compile_for_training,
     configure_process,
     larger_batches,
     last_complete_checkpoint,
     open_run,
     plan_launch,
+    recorded_recipe,
     run_lock,
     train_or_restore,
     trainer_arguments,
@@ -190,8 +191,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     declared_max_seq_length(model, settings.export.max_seq_length)  # a bad value fails before training
     if settings.model.lora:
         add_lora(model, settings.model.lora)
-    if train.compile:
-        compile_encoder(model)
+    compile_for_training(model, train)
     dims = matryoshka_dims(settings, model.get_embedding_dimension())
     evaluator = build_evaluator(settings.eval, settings.data.prompts, scored_dims(settings, model))
     columns = {name: text_columns(d) for name, d in sources.items()}
@@ -297,7 +297,7 @@ def recorded_before(settings: ContrastiveSettings) -> dict:
     """A resumed run's step-0 metrics from its metrics.jsonl, if it recorded them with the same held-out sets
     it scores now (the eval section may change on resume)."""
     output_dir = Path(settings.train.output_dir)
-    recorded = json.loads((output_dir / "recipe.json").read_text())
+    recorded = recorded_recipe(output_dir)
     if (
         recorded.get("eval") != settings.eval.model_dump(mode="json")
         or not (output_dir / METRICS_FILE).exists()

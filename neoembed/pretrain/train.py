@@ -35,7 +35,7 @@ from neoembed.training import (
     Launch,
     MetricsLog,
     check_resume_compatible,
-    compile_encoder,
+    compile_for_training,
     configure_process,
     last_complete_checkpoint,
     more_accumulation,
@@ -58,11 +58,11 @@ def throughput_warmup_steps(compiled: bool) -> int:
 class PretrainTrainer(Trainer):
     """Trainer plus the recipe's schedule, throughput / MFU / packing efficiency in every log."""
 
-    def __init__(self, *args, settings: PretrainSettings, peak: float | None, **kwargs):
+    def __init__(self, *args, settings: PretrainSettings, compiled: bool, peak: float | None, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = settings
         self.peak = peak
-        self.warmup_steps = throughput_warmup_steps(settings.train.compile)
+        self.warmup_steps = throughput_warmup_steps(compiled)
         self._steps_run = 0  # optimizer steps this process started (a resumed run starts again at 0)
         self._window_start: float | None = None  # opens when the warm-up steps are done
         self._tokens = self._flops = 0.0  # inside the window
@@ -214,8 +214,7 @@ def _pretrain(settings: PretrainSettings) -> Path:
         )
 
     model = build_model(settings, tokenizer)
-    if train.compile:
-        compile_encoder(model)
+    compiled = compile_for_training(model, train)
     precision = resolve_precision(train.precision)
     args = trainer_arguments(
         train,
@@ -236,6 +235,7 @@ def _pretrain(settings: PretrainSettings) -> Path:
         eval_dataset=eval_batches,
         data_collator=unwrap_single,
         settings=settings,
+        compiled=compiled,
         peak=device_peak_flops(train.peak_tflops, half_precision=precision.train_bf16),
         callbacks=[MetricsLog(output_dir / METRICS_FILE)],
     )

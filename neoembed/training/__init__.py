@@ -7,12 +7,25 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
-        "settings": ["OptimSettings", "RunSettings", "TrainSettings", "TrainingPrecision"],
-        "arguments": ["compile_encoder", "precision_arguments", "reporters", "trainer_arguments"],
+        "settings": ["CompileSetting", "OptimSettings", "RunSettings", "TrainSettings", "TrainingPrecision"],
+        "arguments": [
+            "compile_for_training",
+            "compile_wanted",
+            "precision_arguments",
+            "reporters",
+            "trainer_arguments",
+        ],
         "curves": ["CURVES_FILE", "RunCurves", "plot_runs", "read_curves", "write_curves"],
         "callbacks": ["MetricsLog", "TimeBudget", "TrainingDiverged"],
         "checkpoints": ["last_complete_checkpoint", "save_final", "train_or_restore"],
-        "run_dir": ["RESUMABLE_CHANGES", "check_resume_compatible", "open_run", "run_lock"],
+        "run_dir": [
+            "RECIPE_RECORD",
+            "RESUMABLE_CHANGES",
+            "check_resume_compatible",
+            "open_run",
+            "recorded_recipe",
+            "run_lock",
+        ],
         "process": ["configure_process", "release_process_group"],
         "launch": ["Launch", "larger_batches", "more_accumulation", "plan_launch", "world_size"],
     },

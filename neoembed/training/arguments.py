@@ -8,7 +8,7 @@ from transformers import PreTrainedModel, TrainingArguments
 from transformers.integrations import is_tensorboard_available
 
 from neoembed.precision import resolve_precision
-from neoembed.training.settings import OptimSettings, RunSettings, TrainSettings
+from neoembed.training.settings import CompileSetting, OptimSettings, RunSettings, TrainSettings
 
 
 def precision_arguments(precision: str) -> dict:
@@ -68,6 +68,21 @@ def trainer_arguments(
     if output_dir is not None:
         shared["output_dir"] = str(output_dir)
     return args_class(**(shared | specific))
+
+
+def compile_wanted(setting: CompileSetting, device_type: str) -> bool:
+    """`train.compile` on a device type. auto compiles on CUDA: the compiled NeoBERT trains at 1.6x eager on an
+    H200 (docs/benchmarks/gpu.md). Not on CPU: the quickstart's pretraining took longer compiled than eager on
+    both CPU kinds, compilation included (docs/benchmarks/quickstart.md)."""
+    return device_type == "cuda" if setting == "auto" else setting
+
+
+def compile_for_training(model, run: RunSettings) -> bool:
+    """Compile `model`'s encoder where `train.compile` wants it on the device the run trains on; whether it did."""
+    compiled = compile_wanted(run.compile, resolve_precision(run.precision).device)
+    if compiled:
+        compile_encoder(model)
+    return compiled
 
 
 def compile_encoder(model) -> None:

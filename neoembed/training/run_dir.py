@@ -14,6 +14,8 @@ from neoembed.recipes import RecipeError, dump_recipe
 from neoembed.run_files import one_writer, write_text
 from neoembed.training.checkpoints import last_complete_checkpoint
 
+RECIPE_RECORD = "recipe.json"  # in a run directory: the recipe the run trains with, every field spelled out
+
 # What may change between a run and its resume without changing what is trained: section -> its fields that
 # may (None: the whole section). `eval` says which held-out sets are scored and how; nothing trains on them.
 RESUMABLE_CHANGES: dict[str, set[str] | None] = {
@@ -48,10 +50,15 @@ def open_run(settings: BaseModel, output_dir: Path) -> str | None:
     return last_complete_checkpoint(output_dir)
 
 
+def recorded_recipe(output_dir: Path) -> dict:
+    """The recipe a run directory recorded on its first start (every field, as JSON)."""
+    return json.loads((Path(output_dir) / RECIPE_RECORD).read_text())
+
+
 def check_resume_compatible(settings: BaseModel, output_dir: Path) -> None:
     """A run may only resume with the same recipe (apart from RESUMABLE_CHANGES: logging/saving cadence, the
     held-out evaluation and the export)."""
-    recorded = output_dir / "recipe.json"
+    recorded = output_dir / RECIPE_RECORD
     current = settings.model_dump(mode="json")
     if recorded.exists():
         previous = json.loads(recorded.read_text())

@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 from neoembed.recipes import PackagedFile, StrictSettings
 
 TrainingPrecision = Literal["auto", "fp32", "bf16"]
+CompileSetting = bool | Literal["auto"]
 
 
 class OptimSettings(StrictSettings):
@@ -44,8 +45,9 @@ class RunSettings(StrictSettings):
     """Micro-batches per optimizer step."""
     log_steps: int = Field(default=10, gt=0)
     """Log loss, learning rate and throughput every N steps (to metrics.jsonl)."""
-    compile: bool = False
-    """torch.compile the encoder (NeoBERT: each block's work around attention)."""
+    compile: CompileSetting = "auto"
+    """torch.compile the encoder (NeoBERT: each block's work around attention; any other whole, with dynamic
+    shapes). auto: on CUDA, where it pays; off on CPU (`training.compile_wanted` says why); true/false force it."""
     threads: int | None = Field(default=None, gt=0)
     """torch CPU threads (default: torch's)."""
     num_workers: int = Field(default=0, ge=0)

@@ -26,7 +26,7 @@ from neoembed.evaluation.glue.settings import GlueSettings
 from neoembed.evaluation.glue.tasks import GlueError, GlueTask
 from neoembed.evaluation.glue.train import fine_tune
 from neoembed.run_files import append_jsonl, write_json
-from neoembed.training import compile_encoder, configure_process
+from neoembed.training import compile_for_training, configure_process
 
 TRANSFER_SOURCE = "mnli"
 
@@ -122,8 +122,7 @@ def run_task(
         shutil.rmtree(run_dir, ignore_errors=True)  # a run interrupted before its result.json
         set_seed(settings.train.seed)  # the new head's initial weights: the same whether run fresh or resumed
         model = load_glue_model(init, task)
-        if settings.train.compile:
-            compile_encoder(model)
+        compile_for_training(model, settings.train)
         run = fine_tune(model, tokenizer, task, encoded, hp, settings, run_dir)
         result = {**identity, "task": task.name, "hyperparameters": asdict(hp), **asdict(run)}
         if best is None or run.score > best["score"]:
