@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rich.console import Console
 
-from neoembed.contrastive import relative_change
+from neoembed.embedder import MINILM_ALIASES
 from neoembed.quickstart.steps import Finished
-from neoembed.training import CURVES_FILE
+from neoembed.training import CURVES_FILE, recorded_recipe
 
 
 def format_searches(searches: list[dict], shown: int = 3) -> str:
@@ -33,23 +34,40 @@ def _curves_link(run: str) -> str:
     return f"[{run}/{CURVES_FILE}]({run}/{CURVES_FILE})"
 
 
-def _fine_tuning_table(results: dict[str, Finished]) -> list[str]:
-    lines = [
-        "| model | base | steps | held-out set | nDCG@10 before | nDCG@10 after | change "
-        "| recall@10 before | recall@10 after |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|",
-    ]
-    for name, base in (("neobert-embed", "neobert-pretrained"), ("minilm-embed", "all-MiniLM-L6-v2")):
-        run = results[name].result
-        for heldout, after in run.eval_after.items():
-            before = run.eval_before[heldout]
-            change = relative_change(before["ndcg@10"], after["ndcg@10"])
-            lines.append(
-                f"| {name} | {base} | {run.steps} | {heldout} | {before['ndcg@10']:.3f} "
-                f"| {after['ndcg@10']:.3f} | {'-' if change is None else f'{change:+.1%}'} "
-                f"| {before['recall@10']:.3f} | {after['recall@10']:.3f} |"
-            )
-    return lines
+# The fine-tuned columns of the table, each beside its base.
+FINE_TUNED = (("neobert-embed", "neobert-pretrained"), ("minilm-embed", "all-MiniLM-L6-v2"))
+
+
+def describe_fine_tune(run_dir: Path, name: str, base: str, recipe_name: str) -> str:
+    """One line for a fine-tuned column: its base, recipe, the settings that shape it and the build it trained on,
+    read from what the run recorded (its recipe.json) and the build's stats.json."""
+    recipe = recorded_recipe(run_dir / "contrastive" / name)
+    built = json.loads((run_dir / "data" / "stats.json").read_text())["sources"]
+    distill = recipe["loss"]["distill"]
+    teacher = distill and ("its own base" if distill["teacher"] == "base" else _label(distill["teacher"]))
+    train, data = recipe["train"], recipe["data"]
+    sources = data["sources"] or list(built)
+    pairs = _pairs({source: built[source]["rows_out"] for source in sources})
+    return (
+        f"`{name}`: {base} fine-tuned by the `{recipe_name}` recipe, InfoNCE"
+        + (
+            f" + distillation of {teacher}'s in-batch scores (weight {distill['weight']:g})"
+            if teacher
+            else ""
+        )
+        + f", lr {recipe['optim']['lr']:g}, {train['max_steps']} steps of {train['batch_size']}"
+        + (
+            f", exported with base weight {recipe['export']['base_weight']}"
+            if recipe["export"]["base_weight"]
+            else ""
+        )
+        + f", on `data/`: {pairs} pairs."
+    )
+
+
+def _label(model: str) -> str:
+    """The name a model has in the tables: the packaged MiniLM by its own name, a directory by its last part."""
+    return "all-MiniLM-L6-v2" if model in MINILM_ALIASES else Path(model).name
 
 
 def serve_command(run_dir: Path, manifest: dict) -> str:
@@ -57,7 +75,11 @@ def serve_command(run_dir: Path, manifest: dict) -> str:
     return f"neoembed serve --model {manifest['model']} --index {run_dir / 'index'}"
 
 
-def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, list[str]]]:
+def _pairs(rows: dict[str, int]) -> str:
+    return " + ".join(f"{source} {count:,}" for source, count in rows.items())
+
+
+def _sections(results: dict[str, Finished], run_dir: Path, recipe: str) -> list[tuple[str, list[str]]]:
     data, pretrain, index = results["data"].result, results["pretrain"].result, results["index"].result
     manifest, tuning = index.manifest, index.manifest["tuning"]
     losses = ", ".join(f"step {step}: {loss}" for step, loss in pretrain.heldout_loss)
@@ -65,7 +87,7 @@ def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, li
         (
             "data",
             [
-                f"{data.rows_out:,} WordNet training pairs from {data.rows_read:,} read, "
+                f"{data.rows_out:,} training pairs ({_pairs(data.sources)}) from {data.rows_read:,} read, "
                 f"{data.negatives_per_row} mined hard negatives per row: `data/` (see `data/stats.md`).",
             ],
         ),
@@ -76,30 +98,25 @@ def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, li
                 f"Curves: {_curves_link('pretrain')}."
             ],
         ),
-        (
-            "neobert-embed",
-            [
-                "Both fine-tuned from the `contrastive-cpu` recipe (the NeoBERT with a larger step and batch, "
-                "distilling all-MiniLM-L6-v2; MiniLM distilling its own base scores, the same cached outputs); "
-                "scored before and after on "
-                "held-out WordNet example sentence -> definition retrieval and on FOLDOC term -> definition, "
-                "a source the training data never came from:",
-                "",
-                *_fine_tuning_table(results),
-                "",
-                "Curves: "
-                + ", ".join(_curves_link(f"contrastive/{name}") for name in ("neobert-embed", "minilm-embed"))
-                + ".",
-            ],
+        *(
+            (
+                name,
+                [
+                    f"The export is `{name}/`; step 5 scores it beside {base}. Curves: "
+                    f"{_curves_link(f'contrastive/{name}')}."
+                ],
+            )
+            for name, base in FINE_TUNED
         ),
-        ("minilm-embed", ["See the table above; the export is `minilm-embed/`."]),
         (
             "evaluate",
             [
-                "`neoembed mteb-eval` on the held-out WordNet tasks and FOLDOC (main score x 100; files in "
-                "`mteb/`):",
+                "`neoembed mteb-eval` on the held-out WordNet tasks and FOLDOC, a source no training text came "
+                "from (main score x 100; files in `mteb/`):",
                 "",
                 results["evaluate"].result.table,
+                "",
+                *(f"- {describe_fine_tune(run_dir, name, base, recipe)}" for name, base in FINE_TUNED),
             ],
         ),
         (
@@ -135,8 +152,8 @@ def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, li
     ]
 
 
-def write_summary(run_dir: Path, results: dict[str, Finished], console: Console) -> Path:
-    """Write summary.md under `run_dir`, print it, and return its path."""
+def write_summary(run_dir: Path, results: dict[str, Finished], recipe: str, console: Console) -> Path:
+    """Write summary.md under `run_dir`, print it, and return its path; `recipe` is the fine-tunes' recipe."""
     minutes = sum(record.seconds for record in results.values()) / 60
     lines = [
         "# neoembed quickstart",
@@ -144,7 +161,7 @@ def write_summary(run_dir: Path, results: dict[str, Finished], console: Console)
         f"Run directory `{run_dir}`; the steps took {minutes:.1f} min in all (re-runs skip finished steps).",
         "",
     ]
-    for number, (name, body) in enumerate(_sections(results, run_dir), start=1):
+    for number, (name, body) in enumerate(_sections(results, run_dir, recipe), start=1):
         record = results[name]
         lines += [f"## {number}. {name} ({record.seconds:.0f} s)", ""]
         lines += ["```", *record.commands, "```", ""] if record.commands else []
