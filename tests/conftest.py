@@ -47,3 +47,18 @@ def neobert_dir(tmp_path_factory):
     NeoBERTModel(tiny_config()).eval().save_pretrained(path)
     load_tokenizer(max_length=128).save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def neobert_embedder(tmp_path_factory):
+    """A tiny random NeoBERT exported as a sentence-transformers directory: a model that loads in a moment."""
+    from sentence_transformers import SentenceTransformer
+
+    from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
+    from neoembed.pretrain.neobert.tokenizer import load_tokenizer
+
+    root = tmp_path_factory.mktemp("neobert-embedder")
+    NeoBERTModel(tiny_config()).eval().save_pretrained(root / "backbone")
+    load_tokenizer(max_length=128).save_pretrained(root / "backbone")
+    SentenceTransformer(str(root / "backbone"), device="cpu").save(str(root / "embedder"))
+    return root / "embedder"

@@ -23,13 +23,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from sentence_transformers import SentenceTransformer
 from test_serve_cli import start, wait_healthy
 from typer.testing import CliRunner
 
 from neoembed.cli import app
 from neoembed.index import build_index, load_index
-from neoembed.pretrain.neobert import NeoBERTModel, load_tokenizer, tiny_config
 from neoembed.run_files import OutputLocked, one_writer
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 
@@ -85,15 +83,6 @@ def one_line_error(result, verb: str, *fragments: str) -> str:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return write_corpus(tmp_path_factory.mktemp("faults") / "docs.jsonl", 300)
-
-
-@pytest.fixture(scope="module")
-def neobert_embedder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("neobert")
-    NeoBERTModel(tiny_config()).eval().save_pretrained(root / "backbone")
-    load_tokenizer(max_length=128).save_pretrained(root / "backbone")
-    SentenceTransformer(str(root / "backbone"), device="cpu").save(str(root / "embedder"))
-    return root / "embedder"
 
 
 @pytest.fixture(scope="module")
@@ -380,36 +369,6 @@ def test_half_a_body_gets_408_after_the_body_timeout(quick_limits):
         assert answer.startswith("HTTP/1.1 408") and '"code":"request_timeout"' in answer
         assert time.monotonic() - started < 5
     assert httpx.post(f"{url}/embed", json={"inputs": "still serving"}).status_code == 200
-
-
-def test_a_killed_inference_process_is_restarted_and_serving_goes_on(quick_limits):
-    url, state = quick_limits
-    os.kill(state.backend.process._process.pid, signal.SIGKILL)
-    failed = httpx.post(f"{url}/embed", json={"inputs": "during the crash"}, timeout=120)
-    assert failed.status_code == 503 and failed.json()["error"]["code"] == "worker_restarted"
-    assert httpx.get(f"{url}/health").status_code == 200 and state.backend.restarts == 1
-    assert httpx.post(f"{url}/embed", json={"inputs": "after the restart"}).status_code == 200
-
-
-def worker_pid(server_pid: int) -> int:
-    """The server's inference process: its one child (started by whichever of its threads)."""
-    tasks = Path(f"/proc/{server_pid}/task").iterdir()
-    (child,) = [pid for task in tasks for pid in (task / "children").read_text().split()]
-    return int(child)
-
-
-def test_a_worker_that_keeps_dying_stops_the_server_with_status_1(neobert_embedder):
-    process, base = start("--model", str(neobert_embedder), "--max-worker-restarts", "1")
-    try:
-        wait_healthy(process, base)
-        for expected in ("worker_restarted", "unhealthy"):
-            os.kill(worker_pid(process.pid), signal.SIGKILL)
-            answer = httpx.post(f"{base}/embed", json={"inputs": "x"}, headers=KEY, timeout=120)
-            assert answer.status_code == 503 and answer.json()["error"]["code"] == expected
-        assert process.wait(timeout=60) == 1
-        assert "the server stopped: the inference process exited" in process.stdout.read()
-    finally:
-        process.kill()
 
 
 def test_sigterm_while_a_client_stalls_exits_within_the_limits(neobert_embedder):

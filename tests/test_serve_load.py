@@ -137,7 +137,7 @@ def test_health_answers_while_the_inference_process_is_stopped_mid_batch(minilm_
     expected = load_embedder(str(minilm_path)).encode(texts, normalize_embeddings=True)
     app = create_app(ServeSettings(model=str(minilm_path), threads=1, dtype="float32"))
     with serve_in_thread(app) as url:
-        worker = app.state.server.backend.process._process.pid
+        worker = app.state.server.backend.pid
         os.kill(worker, signal.SIGSTOP)
         try:
             with ThreadPoolExecutor(1) as pool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neoembed.errors import RunError
-from neoembed.serve.backend import BackendGone
+from neoembed.serve.backend import BackendGone, WorkerRestarted
 from neoembed.serve.metrics import Metrics
 
 log = logging.getLogger("neoembed.serve")
@@ -157,16 +157,17 @@ class Batcher:
             while (window := self._next_window()) is not None:
                 for batch in plan_batches([len(item.ids) for item in window], self.max_batch_tokens):
                     self._run_batch([window[i] for i in batch])
-        except BaseException as err:  # a bug here must not leave requests waiting forever
-            log.exception("the inference worker stopped")
+        except BaseException as err:  # no inference process any more, or a bug: no request may wait forever
+            if isinstance(err, BackendGone):
+                log.error("serving stopped: %s", err)  # one line: the backend logged each death already
+            else:
+                log.exception("the batcher stopped")
             with self._cond:
                 self._closing = True
                 failed = [*(window or []), *self._pending]
                 self._pending.clear()
-            for job in {id(item.job): item.job for item in failed}.values():
-                job.settle(error=err)
+            self._settle_all(failed, err)
             self.on_fatal(err)
-            raise
 
     def _next_window(self) -> list[_Item] | None:
         """The oldest queued inputs, up to WINDOW_BATCHES budgets of tokens; None once closed and drained."""
@@ -198,10 +199,12 @@ class Batcher:
                 raise RuntimeError(f"the model returned {len(vectors)} embeddings for {len(items)} inputs")
         except BackendGone:
             raise  # nothing can be served any more: `_run` fails every waiting request
+        except WorkerRestarted as err:  # its process died or hung (logged there): these requests get 503
+            self._settle_all(items, err)
+            return
         except Exception as err:  # a failed batch fails its requests, never the worker
             log.exception("batch of %d inputs failed", len(items))
-            for job in {id(item.job): item.job for item in items}.values():
-                job.settle(error=err)
+            self._settle_all(items, err)
             return
         self._metrics.inference_seconds.observe(time.perf_counter() - started)
         self._metrics.batch_tokens.observe(max(len(item.ids) for item in items) * len(items))
@@ -212,3 +215,9 @@ class Batcher:
             job.remaining -= 1
             if job.remaining == 0:
                 job.settle(np.stack(job.rows))
+
+    @staticmethod
+    def _settle_all(items: list[_Item], err: BaseException) -> None:
+        """Fail every request that has an input among `items`, once each."""
+        for job in {id(item.job): item.job for item in items}.values():
+            job.settle(error=err)

@@ -77,6 +77,16 @@ class ServeSettings(StrictSettings):
     """Seconds an idle keep-alive connection stays open between requests."""
     shutdown_timeout: float = Field(30.0, gt=0)
     """On SIGTERM, seconds to finish accepted requests before the rest are cancelled."""
+    batch_timeout: float | None = Field(None, gt=0)
+    """Seconds one batch may compute before its inference process counts as hung: it is killed and started
+    again, and the batch's requests get 503 worker_restarted (default: 20 x a full batch's time, measured at
+    start, at least 10 s)."""
+    request_timeout: float = Field(120.0, gt=0)
+    """Seconds a request may wait and compute in all; a longer one gets 503 request_timeout and its inputs
+    still queued are dropped."""
+    max_input_chars: int | None = Field(None, ge=1)
+    """Characters per input text, checked before tokenizing: a longer text is refused with 400 (or, with
+    truncation, cut to it) (default: 32 x the max input length in tokens)."""
     max_worker_restarts: int = Field(3, ge=0)
     """Times the inference process is restarted after it dies; once more and the server exits with status 1
     (for a supervisor to act on)."""

@@ -7,6 +7,7 @@ the handlers in routes.py receive it through a FastAPI dependency.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,15 +47,20 @@ class ServerState:
     index: ServedIndex | None
     failure: str | None = None  # why the server must stop (the inference process died for good)
     on_fatal: Callable[[], None] = lambda: None  # stops the HTTP server (set by whoever runs it)
+    closing: bool = False
 
     def fail(self, err: BaseException) -> None:
-        """The batcher stopped for good: record why and stop the server, which then exits non-zero."""
+        """Serving ended for good (no inference process, or the batcher stopped): record why and stop the
+        server, which then exits non-zero. Not a failure while the server is shutting down anyway."""
+        if self.closing or self.failure is not None:
+            return
         self.failure = str(err) or type(err).__name__
         self.on_fatal()
 
     @property
     def healthy(self) -> bool:
-        return self.batcher.alive and self.backend.alive
+        """Ready for traffic: the batcher runs and the inference process is up and beating."""
+        return self.batcher.alive and self.backend.ready
 
     async def embed(self, inputs: Inputs, *, truncate: bool, field: str) -> tuple[np.ndarray, Prepared]:
         """Tokenize and check `inputs` on a request thread, queue their ids, and await the embeddings."""
@@ -71,7 +77,14 @@ class ServerState:
         except ShuttingDownError as err:
             raise APIError(503, "The server is shutting down.", code="shutting_down") from err
         try:
-            vectors = await future
+            vectors = await asyncio.wait_for(future, self.settings.request_timeout)
+        except TimeoutError as err:  # wait_for cancelled the future: the batcher skips what is still queued
+            raise APIError(
+                503,
+                f"The request did not finish within {self.settings.request_timeout:g} s "
+                "(--request-timeout); send fewer or shorter inputs, or retry.",
+                code="request_timeout",
+            ) from err
         except WorkerRestarted as err:
             raise APIError(
                 503, f"{err}; retry the request.", code="worker_restarted", headers={"Retry-After": "5"}
@@ -83,7 +96,10 @@ class ServerState:
         return vectors, prepared
 
     def close(self) -> None:
-        """Finish everything queued, then stop the inference process and release the index."""
+        """Finish everything queued (an inference process that dies meanwhile is not replaced), then stop the
+        process and release the index."""
+        self.closing = True
+        self.backend.stop_restarts()
         self.batcher.close()
         self.backend.close()
         if self.index is not None:
@@ -107,6 +123,7 @@ def build_state(settings: ServeSettings) -> ServerState:
                 "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length",
                 param="--max-batch-tokens",
             )
+        backend.calibrate(full_batch(model, budget))
         index = (
             ServedIndex(Path(settings.index), model.fingerprint, threads=settings.threads)
             if settings.index
@@ -119,7 +136,18 @@ def build_state(settings: ServeSettings) -> ServerState:
     batcher = Batcher(
         backend.embed, max_batch_tokens=budget, max_queue_items=settings.max_queue_items, metrics=metrics
     )
-    tokenizer = RequestTokenizer(model.tokenizer, max_length=model.max_length, prompt=model.prompt)
+    tokenizer = RequestTokenizer(
+        model.tokenizer, max_length=model.max_length, prompt=model.prompt, max_chars=settings.max_input_chars
+    )
     state = ServerState(settings, served_name(settings), model, tokenizer, backend, batcher, metrics, index)
-    batcher.on_fatal = state.fail
+    batcher.on_fatal = backend.on_fatal = state.fail
     return state
+
+
+def full_batch(model: ModelInfo, budget: int) -> list[list[int]]:
+    """A batch that fills the token budget with full-length inputs of one repeated word, framed as the
+    tokenizer frames a text: what `SupervisedProcess.calibrate` times."""
+    length = min(model.max_length, budget)
+    framed = model.tokenizer("word")["input_ids"]  # [CLS] word [SEP] for BERT's vocabulary
+    ids = framed[:1] + framed[1:-1] * (length - 2) + framed[-1:]
+    return [ids] * max(1, budget // length)

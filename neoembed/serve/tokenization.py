@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from neoembed.serve.errors import InvalidInput
 from neoembed.serve.inputs import Inputs
 
+# Default character limit per input, per token of the model's limit: English averages about 4-5 characters a
+# token, so only text that could never fit (or a runaway string) is refused by characters alone.
+CHARS_PER_TOKEN = 32
+
 NOT_OUR_IDS = (
     "is not a token-id sequence from this model's tokenizer. Token ids are accepted when they are this "
     "model's vocabulary framed by its special tokens, as POST /tokenize returns them ({framing}); ids from "
@@ -40,7 +44,9 @@ class Prepared:
 
 
 class RequestTokenizer:
-    def __init__(self, tokenizer, *, max_length: int, prompt: str | None = None) -> None:
+    def __init__(
+        self, tokenizer, *, max_length: int, prompt: str | None = None, max_chars: int | None = None
+    ) -> None:
         # Requests are already tokenized side by side on request threads. The Rust tokenizer's own rayon
         # pool would add a thread per core that spins after each batch, CPU taken from the inference process
         # on a small machine. The library reads this variable on each call; it has no per-tokenizer switch.
@@ -49,6 +55,8 @@ class RequestTokenizer:
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
         self.max_length = max_length
+        # Checked before tokenizing: a 15 MB string took 18 s to tokenize only to be refused for its tokens.
+        self.max_chars = max_chars or CHARS_PER_TOKEN * max_length
         self._prompt = prompt or ""
         self._vocab = len(tokenizer)
         framed = self._tokenizer.encode("x").ids
@@ -66,7 +74,7 @@ class RequestTokenizer:
             self._check_ids(inputs.token_ids, field)
             ids = inputs.token_ids
         else:
-            texts = [self._prompt + text for text in inputs.texts] if self._prompt else inputs.texts
+            texts = [self._prompt + text for text in self._within_chars(inputs.texts, truncate, field)]
             ids = [encoding.ids for encoding in self._tokenizer.encode_batch(texts)]
         over = [i for i, sequence in enumerate(ids) if len(sequence) > self.max_length]
         if over and not truncate:
@@ -83,6 +91,23 @@ class RequestTokenizer:
             for i in over:
                 ids[i] = self._truncated(ids[i])
         return Prepared(ids, over)
+
+    def _within_chars(self, texts: list[str], truncate: bool, field: str) -> list[str]:
+        """The texts, each at most `max_chars` characters: a longer one is refused, or cut when truncating
+        (the cut keeps far more characters than max_length tokens span, so truncation by tokens decides)."""
+        over = next((i for i, text in enumerate(texts) if len(text) > self.max_chars), None)
+        if over is None:
+            return texts
+        if not truncate:
+            raise InvalidInput(
+                f"'{field}[{over}]' is {len(texts[over]):,} characters long; this server takes at most "
+                f"{self.max_chars:,} characters per input (--max-input-chars) and {self.max_length} tokens. "
+                "Shorten it, or let the server truncate (start it with --truncate, or send "
+                '"truncate": true to /embed).',
+                param=field,
+                code="context_length_exceeded",
+            )
+        return [text[: self.max_chars] for text in texts]
 
     def _truncated(self, ids: list[int]) -> list[int]:
         """The first max_length tokens with the closing special tokens kept, as the tokenizer truncates."""

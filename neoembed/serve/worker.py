@@ -15,6 +15,9 @@ expects. Either way the token embeddings go through the model's own sentence-tra
 from __future__ import annotations
 
 import signal
+import socket
+import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -22,6 +25,8 @@ import numpy as np
 
 from neoembed.errors import InputError
 from neoembed.serve.settings import ServeSettings, default_threads
+
+HEARTBEAT_SECONDS = 0.5  # how often this process tells the HTTP process it is alive (`backend` watches)
 
 
 @dataclass(frozen=True)
@@ -156,16 +161,29 @@ def load_runner(settings: ServeSettings, *, fingerprint: bool) -> tuple[ModelRun
     return runner, info
 
 
-def main(fd: int) -> None:
+def beat(sock: socket.socket, every: float) -> None:
+    """Send a byte every `every` seconds until the HTTP process is gone: a thread of its own, so a long batch
+    does not silence it, while a stopped or stuck process (the interpreter lock held) falls silent."""
+    while True:
+        try:
+            sock.send(b".")
+        except OSError:
+            return
+        time.sleep(every)
+
+
+def main(fd: int, heartbeat_fd: int) -> None:
     """The child's main loop on the connection at file descriptor `fd`: receive the settings, load, report
     ("ready", ModelInfo) or ("error", exception), then serve batches until told to stop (None) or until the
-    HTTP process is gone (the connection closes)."""
+    HTTP process is gone (the connection closes). Heartbeats go to `heartbeat_fd` from the start."""
     import torch
 
     # Ctrl-C reaches the whole process group, and a service manager may signal every process of the unit;
     # the HTTP process decides when to stop, after draining its queue, and tells this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    heartbeat = socket.socket(fileno=heartbeat_fd)
+    threading.Thread(target=beat, args=(heartbeat, HEARTBEAT_SECONDS), name="heartbeat", daemon=True).start()
     conn = Connection(fd)
     try:
         settings, fingerprint = conn.recv()
