@@ -159,3 +159,28 @@ def test_chosen_pairs_compare_each_model_with_its_own_baseline_and_best(run, tmp
         check_pairs(["bm25:best"], [s.label for s in specs])
     with pytest.raises(InputError, match="--compare minilm-noisy:minilm-noisy"):
         check_pairs(["minilm-noisy:minilm-noisy"], [s.label for s in specs])
+
+
+def test_a_pair_classification_ap_is_resampled_as_mteb_scores_it_ties_included():
+    """The AP main score of a resample, computed without mteb's threshold searches, equals mteb's own
+    `_compute_metrics` on that resample; scores rounded so resamples hold ties, as duplicates do anyway."""
+    from neoembed.evaluation.significance import _pair_classification_scores
+    from neoembed.evaluation.tasks import select_tasks
+
+    (task,) = select_tasks(tasks=["WordNetSynonymPairClassification"])
+    task.load_data()
+    n = len(task.dataset["test"])
+    rng = np.random.default_rng(0)
+    predictions = {
+        column: np.round(rng.normal(size=n), 1).tolist()
+        for column in ("similarity_scores", "cosine_scores", "manhattan_distances", "euclidean_distances")
+    }
+    predictions["dot_scores"] = predictions["cosine_scores"]
+    unit = _pair_classification_scores(task, predictions, "default", "test")
+    resamples = rng.integers(0, n, size=(20, n))
+    labels = np.asarray(task.dataset["test"][task.label_column_name])
+    columns = {k: np.asarray(v) for k, v in predictions.items()}
+    expected = [
+        task._compute_metrics({k: v[i] for k, v in columns.items()}, labels[i])["max_ap"] for i in resamples
+    ]
+    np.testing.assert_allclose(unit.score(resamples), expected, rtol=0, atol=1e-12)

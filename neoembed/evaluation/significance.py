@@ -30,6 +30,7 @@ from neoembed.mteb_setup import mteb  # noqa: F401 - sets MTEB_CACHE before mteb
 
 import numpy as np
 from mteb import AbsTask
+from sklearn.metrics import average_precision_score
 
 N_RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -106,6 +107,18 @@ def _retrieval_scores(task: AbsTask, predictions: Mapping, subset: str, split: s
     return _mean_scorer(np.array([per_query.get(q, {}).get(measure, 0.0) for q in sorted(qrels)]))
 
 
+# mteb's pair-classification scoring functions: (prediction column, whether higher means more similar), as
+# `AbsTaskPairClassification._compute_metrics` lists them; and the functions each AP main score takes the best of.
+_PAIR_SCORES = {
+    "similarity": ("similarity_scores", True),
+    "cosine": ("cosine_scores", True),
+    "manhattan": ("manhattan_distances", False),
+    "euclidean": ("euclidean_distances", False),
+    "dot": ("dot_scores", True),
+}
+_AP_FUNCTIONS = {"max_ap": tuple(_PAIR_SCORES)} | {f"{name}_ap": (name,) for name in _PAIR_SCORES}
+
+
 def _pair_classification_scores(
     task: AbsTask, predictions: Mapping, subset: str, split: str
 ) -> ExampleScores:
@@ -117,6 +130,15 @@ def _pair_classification_scores(
     labels = np.asarray(data[task.label_column_name])
     columns = {k: np.asarray(v) for k, v in predictions.items()}
     main = task.metadata.main_score
+    functions = _AP_FUNCTIONS.get(main)
+    if functions is not None and all(_PAIR_SCORES[f][0] in columns for f in functions):
+        # An AP main score alone, as `_compute_metrics` computes it (sklearn's average_precision_score on the
+        # signed scores, the best of the scoring functions), without its accuracy and F1 threshold searches:
+        # those are Python loops over every pair, 20x the time of the AP, and not the main score.
+        signed = [columns[_PAIR_SCORES[f][0]] * (1 if _PAIR_SCORES[f][1] else -1) for f in functions]
+        return _full_scorer(
+            len(labels), lambda i: max(float(average_precision_score(labels[i], s[i])) for s in signed)
+        )
     return _full_scorer(
         len(labels), lambda i: task._compute_metrics({k: v[i] for k, v in columns.items()}, labels[i])[main]
     )

@@ -87,8 +87,9 @@ def _sections(results: dict[str, Finished], run_dir: Path, recipe: str) -> list[
         (
             "data",
             [
-                f"{data.rows_out:,} training pairs ({_pairs(data.sources)}) from {data.rows_read:,} read, "
-                f"{data.negatives_per_row} mined hard negatives per row: `data/` (see `data/stats.md`).",
+                f"{data.rows_out:,} training pairs ({_pairs(data.sources)}) from {data.rows_read:,} read: "
+                "`data/` (see `data/stats.md`). No hard negatives are mined here, as the recipe trains on the "
+                "pairs alone; `neoembed build-data` mines them by default.",
             ],
         ),
         (
