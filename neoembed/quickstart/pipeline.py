@@ -12,7 +12,7 @@ Every step runs the same `neoembed` command a user would type, under one run dir
 6. `index build`  a FAISS index of WordNet glosses embedded by the fine-tuned MiniLM, then `search`
 7. a fresh Python process loads `SentenceTransformer("neobert-embed")`
 
-`Sizes` holds every knob that sets the run's length: `DEFAULT` takes about a quarter of an hour on two CPU
+`Sizes` holds every knob that sets the run's length: `DEFAULT` takes about 7.5 minutes on two CPU
 cores, `SMOKE` is the same pipeline at toy sizes for the integration test. `QuickstartSettings` is what the
 `neoembed quickstart` command can be told: the run directory and which of the two.
 """
