@@ -6,6 +6,7 @@ model through `load_embedder`, so names resolve the same way everywhere.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -36,9 +37,18 @@ def packaged_minilm_path() -> Path:
 
 
 def resolve_model_name(name: str) -> str:
-    """Map the packaged-model aliases to their directory; leave other names and paths as they are."""
+    """Map the packaged-model aliases to their directory; leave other names and paths as they are. A symbolic
+    link that loops or points nowhere is refused here: loaders would take it for a hub id."""
     if name in MINILM_ALIASES and not Path(name).exists():
         return str(packaged_minilm_path())
+    if os.path.islink(name):
+        try:
+            os.stat(name)
+        except OSError as err:
+            why = (
+                "loops" if err.errno == errno.ELOOP else f"points to {os.readlink(name)!r}, which is missing"
+            )
+            raise EmbedderError(f"cannot load embedder {name!r}: it is a symbolic link that {why}") from err
     return name
 
 
@@ -67,6 +77,7 @@ def load_embedder(
     except (OSError, ValueError, KeyError) as err:
         raise EmbedderError(f"cannot load embedder {name!r}: {err}") from err
     check_tokenizer(model, name)
+    check_tokenizer_record(model, resolved, name)
     if max_seq_length is not None:
         set_max_seq_length(model, max_seq_length, name=name, what="max length", error=EmbedderError)
     return model
@@ -96,6 +107,50 @@ def check_tokenizer(model, name: str) -> None:
         raise EmbedderError(
             f"cannot load embedder {name!r}: its tokenizer maps most words of a plain English sentence to the "
             f"unknown token {tokenizer.unk_token!r}; the tokenizer files are missing or damaged"
+        )
+
+
+TOKENIZER_RECORD = "tokenizer_fingerprint.json"  # written into every neoembed export
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A digest of what the tokenizer maps each token to: equal for the same vocabulary read from
+    tokenizer.json or vocab.txt, different for one of the same size with its words moved."""
+    import hashlib
+    import json
+
+    vocabulary = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    return hashlib.blake2b(vocabulary.encode(), digest_size=16).hexdigest()
+
+
+def write_tokenizer_record(directory: Path) -> None:
+    """Record the fingerprint of the tokenizer saved in `directory` (read back from its files, as every load
+    reads it), for `check_tokenizer_record`."""
+    from transformers import AutoTokenizer
+
+    from neoembed.run_files import write_json
+
+    saved = AutoTokenizer.from_pretrained(str(directory))
+    write_json(Path(directory) / TOKENIZER_RECORD, {"vocabulary": tokenizer_fingerprint(saved)})
+
+
+def check_tokenizer_record(model, directory: str, name: str) -> None:
+    """A neoembed export whose tokenizer files were replaced by others of the right size (a vocabulary with
+    its words moved) loads and embeds garbage: refuse it. Models neoembed did not export carry no record and
+    load as they are."""
+    import json
+
+    record = Path(directory) / TOKENIZER_RECORD
+    if not record.is_file():
+        return
+    try:
+        recorded = json.loads(record.read_text())["vocabulary"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise EmbedderError(f"cannot load embedder {name!r}: {record} is damaged ({err})") from None
+    if recorded != tokenizer_fingerprint(model.tokenizer):
+        raise EmbedderError(
+            f"cannot load embedder {name!r}: its tokenizer maps tokens to other ids than the one it was "
+            f"exported with ({TOKENIZER_RECORD}); the tokenizer files were replaced or edited"
         )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from neoembed.errors import InputError
+from neoembed.errors import InputError, naming
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -31,12 +31,29 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write `text` atomically (through a sibling temporary file and a rename)."""
+@contextmanager
+def atomic_write(path: Path, suffix: str = "") -> Iterator[Path]:
+    """The temporary sibling to write `path` through: renamed to `path` when the block ends, removed when it
+    raises, so a full disk or a crash leaves no partial file. An OSError that names no file (a failed write
+    names none) is raised again naming `path`, so its one-line error says where. `suffix` is for writers
+    that choose the format by the file's extension."""
     path = Path(path)
     tmp = temp_path(path)
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = tmp.with_name(tmp.name + suffix)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and (named := naming(err, path)) is not err:
+            raise named from err
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` atomically (through a sibling temporary file and a rename)."""
+    with atomic_write(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -48,10 +65,8 @@ def write_parquet(path: Path, table, row_group_size: int = 10_000) -> None:
     """Write a pyarrow Table atomically as zstd-compressed parquet."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    tmp = temp_path(path)
-    pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
-    os.replace(tmp, path)
+    with atomic_write(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
 
 
 def append_jsonl(path: Path, record: dict) -> None:
@@ -122,12 +137,15 @@ def is_lock_file(path: Path) -> bool:
     return path.name.startswith(".") and path.name.endswith((".lock", ".lock.holder"))
 
 
-def file_checksum(path: Path, chunk_bytes: int = 8 << 20) -> str:
-    """xxh3-128 of a file's bytes, read in chunks: fast enough (several GB/s) to verify large index files."""
+def file_checksum(path: Path, size: int | None = None, chunk_bytes: int = 8 << 20) -> str:
+    """xxh3-128 of a file's bytes (its first `size` bytes, if given), read in chunks: fast enough (several
+    GB/s) to verify large index files."""
     import xxhash
 
     digest = xxhash.xxh3_128()
+    left = float("inf") if size is None else size
     with Path(path).open("rb") as file:
-        while chunk := file.read(chunk_bytes):
+        while left > 0 and (chunk := file.read(int(min(chunk_bytes, left)))):
             digest.update(chunk)
+            left -= len(chunk)
     return digest.hexdigest()

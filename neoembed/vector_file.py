@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from neoembed.errors import InputError
+from neoembed.errors import InputError, naming
 
 
 class VectorFileError(InputError):
@@ -93,9 +93,13 @@ def embed_to_file(
         for begin in range(done, len(texts), chunk_rows):
             chunk = texts[begin : begin + chunk_rows]
             tic = time.perf_counter()
-            f.write(embed(model, chunk, normalize=normalize, batch_size=batch_size).astype("<f4").tobytes())
-            f.flush()
-            os.fsync(f.fileno())  # a chunk counts as done only once it is on disk
+            vectors = embed(model, chunk, normalize=normalize, batch_size=batch_size).astype("<f4")
+            try:
+                f.write(vectors.tobytes())
+                f.flush()
+                os.fsync(f.fileno())  # a chunk counts as done only once it is on disk
+            except OSError as err:  # a full disk: the torn chunk is cut on the next run
+                raise naming(err, path) from err
             bar.update(len(chunk))
             if on_chunk is not None:
                 on_chunk(begin + len(chunk), len(chunk), time.perf_counter() - tic)

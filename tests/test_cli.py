@@ -256,6 +256,7 @@ def test_comma_separated_bench_options_parse_into_their_settings():
     assert EncodeBench().model_dump(mode="json")["configs"] == "tiny,full"  # what --help shows as the default
 
 
+@pytest.mark.faults
 def test_a_missing_local_data_directory_is_refused_before_any_hub_access(tmp_path):
     result = runner.invoke(
         app, ["build-data", "--out", str(tmp_path / "out"), "--local-data", "/nonexistent"]

@@ -52,6 +52,7 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("lora", [None, {"r": 4, "alpha": 8}], ids=["full", "lora"])
+@pytest.mark.faults
 def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(
     tmp_path, build, minilm_path, lora
 ):

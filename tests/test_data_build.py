@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -162,6 +163,7 @@ def test_rebuild_is_byte_identical(config, tmp_path):
         assert (config.out / f).read_bytes() == (again.out / f).read_bytes(), f
 
 
+@pytest.mark.faults
 def test_resumes_after_a_crash_without_losing_or_duplicating_rows(config, tmp_path, monkeypatch):
     reference = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "reference"})).stats
     original = Build.build_unit
@@ -189,6 +191,23 @@ def test_resumes_after_a_crash_without_losing_or_duplicating_rows(config, tmp_pa
     assert first.stat().st_mtime_ns == mtime  # finished parts are not rebuilt
     for name in reference["sources"]:
         assert read_source(config.out, name) == read_source(tmp_path / "reference", name)
+
+
+@pytest.mark.faults
+def test_a_part_replaced_by_another_builds_part_is_refused_for_training_and_built_again(config, tmp_path):
+    from neoembed.data.records import RecordsError, load_records
+
+    stats = build(config).stats
+    other = build(BuildConfig(**{**config.__dict__, "out": tmp_path / "other", "rows_per_shard": 3})).stats
+    assert stats["sources"]["allnli"]["part_checksums"] != other["sources"]["allnli"]["part_checksums"]
+    part = config.out / "allnli" / "part-00000.parquet"
+    rows = read_source(config.out, "allnli")
+    shutil.copy(tmp_path / "other" / "allnli" / "part-00000.parquet", part)  # a valid part, other rows
+    with pytest.raises(RecordsError, match="part-00000.parquet is damaged or replaced"):
+        load_records(config.out)
+    assert build(config).stats == stats  # the same build again notices and writes the part anew
+    assert read_source(config.out, "allnli") == rows
+    assert len(load_records(config.out)["allnli"]) == stats["sources"]["allnli"]["rows_out"]
 
 
 def test_shards_split_the_units_and_merge_to_the_same_result(config, tmp_path):
@@ -317,10 +336,15 @@ VARIANTS = [
     "a COMPILER translates source code into machine code",
     "A compiler  translates source-code into machine code!",
     "A com\u00adpiler translates source code into ma\u200dchine code.",  # soft hyphen, zero-width joiner
+    "A com\u034fpiler translates source code into machine code.",  # combining grapheme joiner
+    "A compiler\ufe0f translates source code into machine code.",  # variation selector
+    "A comp\u3164iler translates source code into mach\uffa0ine code.",  # Hangul fillers
+    "A compiler\u2800translates source code into machine code.",  # Braille blank between words
     "A compiler translates source code into machine code.",
 ]
 
 
+@pytest.mark.faults
 def test_every_variant_of_an_evaluation_text_has_its_key_and_is_kept_out(tmp_path):
     from neoembed.data.normalize import text_key
 
@@ -336,3 +360,33 @@ def test_every_variant_of_an_evaluation_text_has_its_key_and_is_kept_out(tmp_pat
     stats = build(BuildConfig(**{**config.__dict__, "eval_texts": (eval_file,)})).stats
     assert stats["sources"]["dictionary"]["rows_dropped_for_leakage"]["eval_texts"] == len(VARIANTS)
     assert [r["query"] for r in read_source(config.out, "dictionary")] == ["what is a cat?"]
+
+
+@pytest.mark.faults
+def test_variants_of_one_pair_are_kept_once(tmp_path):
+    rows = [{"term": "what does a compiler do?", "definition": v, "other": "n"} for v in VARIANTS]
+    stats = build(dictionary_build(tmp_path, rows)).stats
+    assert stats["sources"]["dictionary"]["dropped"]["duplicate"] == len(VARIANTS) - 1
+
+
+@pytest.mark.faults
+def test_every_character_that_draws_nothing_is_dropped_from_the_key_and_every_blank_is_a_space():
+    import unicodedata
+
+    import regex
+
+    from neoembed.data.normalize import text_key
+
+    # Default_Ignorable_Code_Point (4,174 code points in Unicode 16) and every format character (Cf) that
+    # Python's own Unicode tables know, whichever Unicode version the regex package carries
+    ignorable = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    invisible = [
+        chr(cp) for cp in range(0x110000) if ignorable.match(chr(cp)) or unicodedata.category(chr(cp)) == "Cf"
+    ]
+    assert len(invisible) > 4000
+    word = text_key("compiler")
+    assert [hex(ord(c)) for c in invisible if text_key(f"comp{c}iler") != word] == []
+    # blank look-alikes that are not ignorable: no-break and typographic spaces, the ideographic space, Braille
+    blanks = ["\u00a0", "\u2007", "\u202f", "\u205f", "\u3000", "\u2800", "\u1680"]
+    assert {text_key(f"source{b}code") for b in blanks} == {text_key("source code")}
+    assert text_key("sourcecode") != text_key("source code")

@@ -210,6 +210,7 @@ def test_the_audit_counts_other_senses_and_hypernyms_of_a_lemma_query_as_false(t
 
 
 @pytest.mark.slow
+@pytest.mark.faults
 def test_killed_build_resumes_to_a_byte_identical_result(tmp_path):
     """A real SIGKILL while mining WordNet parts; the resumed build equals an uninterrupted one byte for byte."""
     import os

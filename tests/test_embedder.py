@@ -18,6 +18,7 @@ def minilm_copy(tmp_path, minilm_path):
     return copy
 
 
+@pytest.mark.faults
 def test_a_model_without_its_tokenizer_files_is_refused(minilm_copy):
     """transformers would build a 5-token stand-in that maps every word to [UNK]: unrelated texts then
     embed alike (cosine 0.985 was measured) and the server answered 200."""
@@ -27,6 +28,7 @@ def test_a_model_without_its_tokenizer_files_is_refused(minilm_copy):
         load_embedder(str(minilm_copy))
 
 
+@pytest.mark.faults
 def test_a_tokenizer_that_knows_no_english_words_is_refused(minilm_copy):
     spec = json.loads((minilm_copy / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
@@ -43,6 +45,7 @@ def test_a_tokenizer_that_knows_no_english_words_is_refused(minilm_copy):
         load_embedder(str(minilm_copy))
 
 
+@pytest.mark.faults
 def test_the_fingerprint_covers_the_tokenizer(minilm_copy, minilm_path):
     config = json.loads((minilm_copy / "tokenizer_config.json").read_text())
     config["do_lower_case"] = False  # same weights, another tokenizer: cased text embeds differently

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,6 +31,8 @@ from neoembed.cli import app
 from neoembed.index import build_index, load_index
 from neoembed.run_files import OutputLocked, one_writer
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
+
+pytestmark = pytest.mark.faults  # the fault suite: docs/reliability.md
 
 runner = CliRunner()
 KEY = {"Authorization": "Bearer from-env"}  # test_serve_cli.start serves with this API key
@@ -300,6 +303,26 @@ def test_a_damaged_index_file_is_named_in_one_line(index_dir, tmp_path, corpus, 
     one_line_error(runner.invoke(app, args), verb, "is damaged")
 
 
+def test_a_resumed_add_refuses_a_damaged_committed_row_and_seals_nothing(index_dir, tmp_path, corpus):
+    """What an `index add` killed mid-embedding leaves (its state file, vector rows past the committed ones),
+    then one committed row overwritten: the re-run must not append to it nor write a manifest that records it."""
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "build_state.json").write_text(json.dumps({"add_to": manifest["ntotal"]}))
+    row_bytes = manifest["dimension"] * 4
+    with (copy / "vectors.f32").open("r+b") as vectors:
+        vectors.seek(0, os.SEEK_END)
+        vectors.write(np.ones((3, manifest["dimension"]), np.float32).tobytes())  # the add's own rows
+        vectors.seek(7 * row_bytes)
+        vectors.write(np.zeros(manifest["dimension"], np.float32).tobytes())  # a committed row damaged
+    more = write_corpus(tmp_path / "more.jsonl", 5)
+    more.write_text(more.read_text().replace('"doc-', '"more-'))
+    result = runner.invoke(app, ["index", "add", str(copy), "--corpus", str(more)])
+    one_line_error(result, "index add", "vectors.f32 is damaged")
+    assert json.loads((copy / "manifest.json").read_text()) == manifest
+
+
 @pytest.fixture(scope="module")
 def truncated_minilm(tmp_path_factory, minilm_path):
     copy = tmp_path_factory.mktemp("model") / "minilm"
@@ -323,11 +346,115 @@ def test_truncated_weights_are_named_in_one_line(truncated_minilm, corpus, tmp_p
     one_line_error(runner.invoke(app, args), verb, "weights file is damaged or truncated")
 
 
+def test_an_export_whose_vocabulary_was_shuffled_is_refused(minilm_path, tmp_path):
+    """The same number of tokens, the words moved: every check of size and unknown words passes, and the
+    embeddings are garbage. The export's tokenizer record catches it; a model neoembed did not export (no
+    record) loads as before."""
+    from neoembed.embedder import TOKENIZER_RECORD, write_tokenizer_record
+
+    export = tmp_path / "export"
+    shutil.copytree(minilm_path, export)
+    write_tokenizer_record(export)
+    encode = ["encode", "--model", str(export), "a text"]
+    assert runner.invoke(app, encode).exit_code == 0
+    words = (export / "vocab.txt").read_text().splitlines()
+    moved = words[:1000] + random.Random(0).sample(words[1000:], len(words) - 1000)  # specials stay
+    (export / "vocab.txt").write_text("\n".join(moved) + "\n")
+    (export / "tokenizer.json").unlink()
+    one_line_error(runner.invoke(app, encode), "encode", "tokenizer maps tokens to other ids")
+    (export / TOKENIZER_RECORD).unlink()
+    assert runner.invoke(app, encode).exit_code == 0
+
+
 def test_an_output_that_is_a_file_is_named_in_one_line(tmp_path):
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory")
     one_line_error(runner.invoke(app, ["build-data", "--out", str(a_file)]), "build-data", "is a file")
     one_line_error(runner.invoke(app, ["export", "onnx", "minilm", str(a_file)]), "export onnx", "is a file")
+
+
+@pytest.mark.parametrize("verb", ["index build", "build-data"])
+@pytest.mark.parametrize("place", ["below-a-file", "/proc/neoembed-test"])
+def test_an_output_that_cannot_be_created_is_named_in_one_line(tmp_path, corpus, verb, place):
+    if place == "below-a-file":
+        (tmp_path / "a-file").write_text("not a directory")
+        place = str(tmp_path / "a-file" / "sub")
+    args = ["--corpus", str(corpus), "--model", "minilm"] if verb == "index build" else ["--no-mine"]
+    result = runner.invoke(app, [*verb.split(), *args, "--out", place])
+    one_line_error(result, verb, place)
+
+
+def test_a_command_line_byte_that_is_not_utf8_is_named_in_one_line():
+    for args in (["search", "--index", "x", "caf\udcff"], ["encode", "caf\udcff"]):
+        result = runner.invoke(app, args)  # what Python makes of the byte 0xff in argv (PEP 383)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert (
+            result.output.strip()
+            == "neoembed: argument 'caf\\xff' is not valid UTF-8; pass text and paths in UTF-8"
+        )
+
+
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+def test_a_model_path_that_is_a_broken_link_is_named_in_one_line(tmp_path, link):
+    model = tmp_path / "model"
+    model.symlink_to(model if link == "loop" else tmp_path / "gone")
+    why = "loops" if link == "loop" else "which is missing"
+    one_line_error(runner.invoke(app, ["encode", "--model", str(model), "a text"]), "encode", why)
+
+
+def test_corpus_rows_that_are_not_utf8_are_counted_and_named_once(tmp_path, caplog):
+    from neoembed.index.corpus import CorpusReader
+
+    corpus = tmp_path / "docs.txt"
+    corpus.write_bytes(b"caf\xe9 au lait\nplain text\nna\xefve\n")
+    reader = CorpusReader([corpus])
+    texts = [doc.text for _, doc in reader]
+    assert texts == ["caf\ufffd au lait", "plain text", "na\ufffdve"]
+    assert (reader.not_utf8.count, reader.not_utf8.first) == (2, ["docs.txt:1", "docs.txt:3"])
+    out = tmp_path / "index"
+    with caplog.at_level("WARNING", logger="neoembed.index"):
+        build_index([corpus], out, model="minilm", threads=1, tune_queries=2, dtype="float32")
+    warnings = [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()]
+    assert warnings == [
+        "2 rows hold bytes that are not UTF-8, read with U+FFFD in their place (first: docs.txt:1)"
+    ]
+
+
+ENOSPC_SCRIPT = """
+set -e
+mount -t tmpfs -o size=400k tmpfs "$DIR"
+set +e
+"$PYTHON" -m neoembed index build --corpus "$CORPUS" --out "$DIR/index" --dtype float32 --threads 1 >/dev/null 2>"$LOG"
+echo "rc=$?"
+ls -a "$DIR/index" | tr '\\n' ' '; echo
+mount -o remount,size=8m "$DIR"
+"$PYTHON" -m neoembed index build --corpus "$CORPUS" --out "$DIR/index" --dtype float32 --threads 1 >/dev/null 2>"$LOG.second"
+echo "rc=$?"
+ls -a "$DIR/index" | tr '\\n' ' '; echo
+"""
+
+
+def test_a_full_disk_is_one_line_with_the_free_space_and_leaves_no_partial_file(tmp_path, corpus):
+    """A 400 KiB file system (a tmpfs in a user namespace) under `index build`: one line naming the file
+    and the space left, no partial file; with room again, the same command finishes the build."""
+    disk, log = tmp_path / "disk", tmp_path / "stderr.txt"
+    disk.mkdir()
+    mount = ["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)]
+    if shutil.which("unshare") is None or subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("no user namespace here to mount a small file system in")
+    env = {**os.environ, "DIR": str(disk), "CORPUS": str(corpus), "LOG": str(log), "PYTHON": sys.executable}
+    run = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", ENOSPC_SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    first_rc, first_files, second_rc, second_files = run.stdout.splitlines()
+    lines = [line for line in log.read_text().splitlines() if line.startswith("neoembed ")]
+    assert first_rc == "rc=2" and "Traceback" not in log.read_text(), log.read_text()
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "free there" in lines[0], lines
+    assert str(disk / "index") in lines[0]
+    assert ".tmp" not in first_files and ".faiss" not in first_files, first_files
+    assert second_rc == "rc=0", (tmp_path / "stderr.txt.second").read_text()
+    assert ".tmp" not in second_files and second_files.count(".faiss") == 1, second_files
 
 
 # --- the server ----------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from neoembed.serve.errors import InvalidInput
 from neoembed.serve.inputs import Inputs
 from neoembed.serve.tokenization import CHARS_PER_TOKEN
 
+pytestmark = pytest.mark.faults  # the fault suite: docs/reliability.md
+
 KEY = {"Authorization": "Bearer from-env"}  # test_serve_cli.start serves with this API key
 TEXTS = [f"a sentence about rivers and rain, number {i}" for i in range(16)]
 

@@ -225,6 +225,7 @@ def _index_state(directory):
 
 
 @pytest.mark.parametrize("crash", ["embedding", "committing"])
+@pytest.mark.faults
 def test_interrupted_add_resumes_to_the_same_index(built, tmp_path, monkeypatch, crash):
     monkeypatch.setattr(index_build, "EMBED_CHUNK", 2)  # 5 new documents: chunks of 2, 2 and 1
     new = _new_corpus(tmp_path)

@@ -252,6 +252,7 @@ def test_prompts_are_the_protocols_only(minilm_path):
     assert plain.model_prompts is None and plain.model.prompts == {}
 
 
+@pytest.mark.faults
 def test_an_unknown_task_is_one_line_without_mtebs_beta_warnings(tmp_path):
     """Finding the closest names instantiates every mteb task, and mteb logs and warns about each of its 250
     beta ones; the user sees only the answer."""

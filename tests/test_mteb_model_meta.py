@@ -72,6 +72,7 @@ def test_an_export_carries_its_model_meta_with_the_builds_sources(export):
     from neoembed.evaluation import read_model_meta
 
     meta = read_model_meta(export)
+    assert (export / "tokenizer_fingerprint.json").is_file()  # checked at every load
     assert meta.name == "local/tiny-embed"
     assert meta.training_datasets == {"MSMARCO"}
     assert meta.is_zero_shot_on(["MSMARCO"]) is False

@@ -90,6 +90,7 @@ def test_a_run_writes_a_loadable_model_metrics_and_rotated_checkpoints(tmp_path)
         assert list(run.glob("runs/*/events.out.tfevents.*"))
 
 
+@pytest.mark.faults
 def test_a_run_killed_with_sigkill_resumes_on_the_same_loss_curve(tmp_path):
     recipe = tiny_recipe(tmp_path)
     uninterrupted = PretrainSettings.model_validate(recipe)

@@ -44,6 +44,7 @@ def wait_healthy(process: subprocess.Popen, base: str, timeout: float = 180) -> 
     raise AssertionError("the server did not become healthy")
 
 
+@pytest.mark.faults
 def test_serve_minilm_then_sigterm_finishes_the_request_in_flight():
     process, base = start("--model", "minilm", "--max-batch-tokens", "256")
     try:
@@ -103,6 +104,7 @@ def test_bad_settings_fail_before_serving_with_a_clear_message(args, message):
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+@pytest.mark.faults
 def test_a_port_in_use_is_reported_before_serving_is_announced(tmp_path):
     from sentence_transformers import SentenceTransformer
 

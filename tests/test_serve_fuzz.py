@@ -19,6 +19,8 @@ from sentence_transformers import SentenceTransformer
 from neoembed.pretrain.neobert import NeoBERTModel, load_tokenizer, tiny_config
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 
+pytestmark = pytest.mark.faults  # the fault suite: docs/reliability.md
+
 ROUTES = ("/v1/embeddings", "/embed", "/tokenize")
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

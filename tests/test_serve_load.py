@@ -130,6 +130,7 @@ def handed_over(url: str, inputs: int) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.faults
 def test_health_answers_while_the_inference_process_is_stopped_mid_batch(minilm_path):
     """The ordering, not a latency: with the inference process stopped (SIGSTOP) while it holds a request,
     /health still answers, and the request completes, correct, once the process continues."""

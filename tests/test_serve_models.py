@@ -182,6 +182,7 @@ def test_serves_a_neobert_sentence_transformers_directory(neobert_dir):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+@pytest.mark.faults
 def test_a_strict_server_answers_404_for_another_model_name(neobert_dir):
     settings = ServeSettings(model=str(neobert_dir), served_model_name="tiny", strict_model_name=True)
     with serve_in_thread(create_app(settings)) as base:

@@ -9,25 +9,38 @@ optional package a verb needs and lacks (`neoembed.extras`) ends the same way, n
 
 from __future__ import annotations
 
+import errno
 import traceback
 
 import typer
 from typer.core import TyperGroup
 
-from neoembed.errors import NeoembedError
+from neoembed.errors import NeoembedError, from_os_error
 from neoembed.extras import as_missing_package
 
 DEBUG = "neoembed.debug"  # key in click's context meta, shared by every nested context
 
 
 class CommandGroup(TyperGroup):
-    """A group of verbs whose errors from the neoembed family end as one line and an exit code."""
+    """A group of verbs whose errors from the neoembed family, and the file system's, end as one line and an
+    exit code."""
+
+    def parse_args(self, ctx, args):
+        for arg in args:
+            if (refused := non_utf8_argument(arg)) is not None:
+                typer.echo(f"neoembed: {refused}", err=True)
+                ctx.exit(2)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except NeoembedError as error:
             self._exit(ctx, error)
+        except OSError as error:  # a path below a file, an unwritable place, a full disk
+            if error.errno == errno.EPIPE:
+                raise  # output piped into `head`: click ends quietly
+            self._exit(ctx, from_os_error(error))
         except ModuleNotFoundError as error:
             missing = as_missing_package(error)  # an optional package the verb needs, imported where used
             if missing is None:
@@ -41,6 +54,20 @@ class CommandGroup(TyperGroup):
             traceback.print_exc()
         typer.echo(f"neoembed {verb}: {error.message}", err=True)
         raise typer.Exit(error.exit_code) from None
+
+
+def non_utf8_argument(arg: str) -> str | None:
+    """Why `arg` is refused, or None. Python hands a command-line byte that is not UTF-8 over as a lone
+    surrogate (PEP 383), which no tokenizer or JSON writer accepts: say so before any work."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate that no byte makes: passed by a caller, not by the shell
+            shown = arg.encode("utf-8", "backslashreplace").decode()
+        return f"argument '{shown}' is not valid UTF-8; pass text and paths in UTF-8"
+    return None
 
 
 def _group_names(ctx) -> list[str]:

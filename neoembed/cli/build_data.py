@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 import typer
@@ -38,6 +39,8 @@ def build_data(
         return
     from neoembed.data import resolve_share
     from neoembed.evaluation import benchmark_texts
+
+    logging.basicConfig(format="warning: %(message)s")  # the build's warnings (a part built again)
 
     benchmark = benchmark_texts(settings.eval_benchmark, settings.eval_benchmark_missing)
     result = build(settings, merge_only=merge_stats, benchmark=benchmark)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import shutil
 import time
 from collections import Counter
@@ -37,6 +38,7 @@ from neoembed.data.manifest import Manifest, StsRule, load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
 from neoembed.data.prepare import FORMAT_VERSION, TRUNCATED_FIELDS, prepare_source, staging_paths
+from neoembed.data.records import part_damage
 from neoembed.data.relations import Keys
 from neoembed.data.shards import Share, check_share_count, resolve_share
 from neoembed.data.stats import mining_summary, render_markdown, size_warnings
@@ -44,7 +46,9 @@ from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
 from neoembed.packaged import manifests_dir
 from neoembed.recipes import StrictSettings, split_commas
-from neoembed.run_files import append_jsonl, one_writer, write_json, write_parquet, write_text
+from neoembed.run_files import append_jsonl, file_checksum, one_writer, write_json, write_parquet, write_text
+
+log = logging.getLogger("neoembed.data")
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -256,7 +260,10 @@ class Build:
     def build_unit(self, unit: Unit) -> None:
         marker = (self.out / unit.path).with_suffix(".json")
         if marker.exists() and json.loads(marker.read_text())["fingerprint"] == unit.fingerprint:
-            return
+            if part_damage(self.out / unit.path, json.loads(marker.read_text()).get("xxh3")) is None:
+                return
+            log.warning("%s does not hold the rows this build wrote there; building it again", unit.path)
+            self.log("part_rebuilt", source=unit.source, part=unit.part)
         started = time.perf_counter()
         staging, _ = staging_paths(self.out, unit.source)
         table = _read_rows(staging, unit.start, unit.stop)
@@ -280,7 +287,8 @@ class Build:
             .append_column("negative_keys", pa.array(negative_keys, pa.list_(pa.int64())))
         )
         (self.out / unit.source).mkdir(exist_ok=True)
-        write_parquet(self.out / unit.path, records.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA))
+        part = self.out / unit.path
+        write_parquet(part, records.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA))
         counts = np.bincount([len(n) for n in negatives], minlength=1) if negatives else np.zeros(1, int)
         summary = dataclasses.asdict(stats)
         seconds = summary.pop("seconds")
@@ -289,6 +297,7 @@ class Build:
             {
                 "fingerprint": unit.fingerprint,
                 "rows": table.num_rows,
+                "xxh3": file_checksum(part),  # checked before the part is kept on a re-run, or trained on
                 "negatives_histogram": {str(i): int(c) for i, c in enumerate(counts) if c},
                 "mining": summary if unit.mine else None,
             },
@@ -440,6 +449,8 @@ def _source_stats(staged: dict, parts: list[dict]) -> dict:
         "truncated": staged["truncated"],
         "rows_out": rows,
         "parts": len(parts),
+        # xxh3 of each part file by name, verified before training (None: a part built before checksums)
+        "part_checksums": {f"part-{i:05d}.parquet": p.get("xxh3") for i, p in enumerate(parts)},
         "malformed_example": staged["malformed_example"],
         "negatives_per_row": round(sum(int(n) * c for n, c in histogram.items()) / rows, 3) if rows else 0.0,
         "negatives_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),

@@ -9,7 +9,6 @@ fingerprint chained over the sources before it, so a resumed build reuses finish
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ from neoembed.data.normalize import (
 from neoembed.data.relations import relation_key
 from neoembed.data.sources import read_source
 from neoembed.data.truncate import Truncator
-from neoembed.run_files import temp_path, write_json
+from neoembed.run_files import atomic_write, write_json
 
 STAGING_SCHEMA = pa.schema(
     [
@@ -96,8 +95,8 @@ def prepare_source(
     query_lengths, positive_lengths, negative_counts = [], [], []
 
     parquet_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(parquet_path)
     with (
+        atomic_write(parquet_path) as tmp,
         pq.ParquetWriter(tmp, STAGING_SCHEMA, compression="zstd") as writer,
         tqdm(total=total, desc=f"prepare {manifest.name}", unit="row") as bar,
     ):
@@ -182,7 +181,6 @@ def prepare_source(
         "query_chars": _percentiles(query_lengths),
         "positive_chars": _percentiles(positive_lengths),
     }
-    os.replace(tmp, parquet_path)
     write_json(marker, stats)
     return stats
 

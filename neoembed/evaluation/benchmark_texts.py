@@ -18,7 +18,6 @@ collection resumes with the tasks it has and a later build reads them without mt
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import warnings
@@ -30,7 +29,7 @@ import numpy as np
 from neoembed.cache import cache_root
 from neoembed.data import KEY_VERSION, GuardedTexts, clean, text_key
 from neoembed.errors import RunError
-from neoembed.run_files import temp_path
+from neoembed.run_files import atomic_write
 
 Missing = Literal["error", "skip"]
 SKIPPED_COLUMNS = ("id", "lang")  # besides any column whose name holds "label"
@@ -119,10 +118,8 @@ def task_keys(task) -> np.ndarray:
     task.load_data()
     keys = np.unique(np.fromiter((text_key(clean(t)) for t in task_texts(task)), dtype=np.int64))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    with open(tmp, "wb") as file:
+    with atomic_write(path) as tmp, open(tmp, "wb") as file:
         np.save(file, keys)
-    os.replace(tmp, path)
     return keys
 
 

@@ -20,6 +20,7 @@ from neoembed.faiss_setup import faiss, set_threads
 
 import numpy as np
 
+from neoembed.errors import free_space
 from neoembed.index import encode
 from neoembed.index.corpus import CorpusReader
 from neoembed.index.errors import IndexingError, IndexMismatchError
@@ -38,7 +39,7 @@ from neoembed.index.settings import AddSettings, BuildSettings, RebuildSettings,
 from neoembed.index.store import DocStore
 from neoembed.index.train import train_and_add
 from neoembed.index.tune import exact_neighbors, tune
-from neoembed.run_files import is_lock_file, one_writer
+from neoembed.run_files import atomic_write, is_lock_file, one_writer
 from neoembed.vector_file import embed_to_file, read_vectors, trim_vectors
 
 log = logging.getLogger("neoembed.index")
@@ -48,12 +49,31 @@ EMBED_CHUNK = 2048  # documents embedded, then appended to the vector file, per 
 
 
 def _report_skips(corpus: CorpusReader, directory: Path) -> None:
+    if corpus.not_utf8.count:
+        first = corpus.not_utf8.first
+        log.warning(
+            "%d rows hold bytes that are not UTF-8, read with U+FFFD in their place (first: %s)",
+            corpus.not_utf8.count,
+            first[0],
+        )
+        append_log(directory, {"step": "read", "not_utf8": corpus.not_utf8.count, "first_not_utf8": first})
     if corpus.skipped:
         shown = "; ".join(corpus.first_skipped[:5])
         log.warning("skipped %d unreadable rows (first: %s)", corpus.skipped, shown)
         append_log(
             directory, {"step": "read", "skipped": corpus.skipped, "first_skipped": corpus.first_skipped}
         )
+
+
+def _write_index(index, path: Path) -> None:
+    """Write through a temporary sibling (a full disk leaves no partial file). faiss writes from C++ and
+    raises RuntimeError with the system's reason in its text, not OSError."""
+    try:
+        with atomic_write(path) as tmp:
+            faiss.write_index(index, str(tmp))
+    except RuntimeError as err:
+        reason = str(err).strip().splitlines()[-1]
+        raise IndexingError(f"cannot write {path}: {reason} ({free_space(path)} free there)") from err
 
 
 def _open_out_dir(out: Path, model_state: dict) -> dict | None:
@@ -138,7 +158,7 @@ def _tune_and_commit(
             "recall@10 %.3f stays below the target %.3f at every setting tried", chosen.recall_at_10, target
         )
     index_file = f"index-{n}-{int(time.time() * 1000)}.faiss"  # a new name on every write
-    faiss.write_index(index, str(out / index_file))
+    _write_index(index, out / index_file)
     tuning = Tuning(
         target_recall=target, queries=len(rows), recall_at_10=chosen.recall_at_10, qps_batch=chosen.qps_batch,
         qps_single=chosen.qps_single, exact_qps_batch=exact_qps, threads=threads, curve=curve,

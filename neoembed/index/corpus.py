@@ -26,6 +26,19 @@ SUFFIXES = (".jsonl", ".parquet", ".txt")
 SKIPS_KEPT = 20  # skipped rows whose location and reason are kept (all are counted)
 
 
+@dataclass
+class NotUtf8:
+    """Rows read with bytes that are not UTF-8 (replaced by U+FFFD): how many, and where the first were."""
+
+    count: int = 0
+    first: list[str] = field(default_factory=list)
+
+    def add(self, where: str) -> None:
+        self.count += 1
+        if len(self.first) < SKIPS_KEPT:
+            self.first.append(where)
+
+
 @dataclass(frozen=True)
 class Document:
     id: str
@@ -45,19 +58,31 @@ def _row_to_document(row: object, where: str, id_field: str, text_field: str) ->
     return Document(doc_id, text, metadata)
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, object]]:
-    with path.open(encoding="utf-8", errors="replace") as f:
+def _lines(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, str]]:
+    """(location, text) of every line; a line holding bytes that are not UTF-8 is read with U+FFFD in their
+    place and counted in `not_utf8`. Read as text (universal newlines), the bytes kept as surrogates until
+    checked."""
+    with path.open(encoding="utf-8", errors="surrogateescape") as f:
         for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
             where = f"{path.name}:{number}"
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:
+                not_utf8.add(where)
+                line = line.encode("utf-8", "surrogateescape").decode("utf-8", errors="replace")
+            yield where, line
+
+
+def _jsonl_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:
+    for where, line in _lines(path, not_utf8):
+        if line.strip():
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as err:
                 yield where, ValueError(f"invalid JSON ({err.msg})")
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[str, object]]:
+def _parquet_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:  # arrow checks UTF-8
     import pyarrow.parquet as pq
 
     try:
@@ -71,11 +96,10 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, object]]:
             yield f"{path.name}:{number}", row
 
 
-def _txt_rows(path: Path) -> Iterator[tuple[str, object]]:
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            if line.strip():
-                yield f"{path.name}:{number}", {"id": f"{path.stem}:{number}", "text": line.rstrip("\n")}
+def _txt_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:
+    for where, line in _lines(path, not_utf8):
+        if line.strip():
+            yield where, {"id": f"{path.stem}:{where.rsplit(':', 1)[1]}", "text": line.rstrip("\n")}
 
 
 def wordnet_documents(synsets=None) -> Iterator[Document]:
@@ -100,9 +124,9 @@ def _files(source: Path) -> list[Path]:
     return [source]
 
 
-def _rows(path: Path) -> Iterator[tuple[str, object]]:
+def _rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:
     readers = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows, ".txt": _txt_rows}
-    return readers[path.suffix](path)
+    return readers[path.suffix](path, not_utf8)
 
 
 def _check(path: Path) -> Path:
@@ -117,7 +141,8 @@ class CorpusReader:
     """The documents of `sources` (files, directories of them, or "wordnet"), streamed as (location, Document).
 
     Every file is checked (exists, known format) when the reader is made, before any document is read.
-    Each pass counts the rows it skips in `skipped` and keeps the first `SKIPS_KEPT` as "file:row: reason".
+    Each pass counts the rows it skips in `skipped` and keeps the first `SKIPS_KEPT` as "file:row: reason",
+    and the rows read with bytes that are not UTF-8 (replaced by U+FFFD) in `not_utf8`.
     """
 
     def __init__(self, sources: list[str | Path], *, id_field: str = "id", text_field: str = "text"):
@@ -126,15 +151,16 @@ class CorpusReader:
         self._files = {s: [] if s == WORDNET else [_check(p) for p in _files(Path(s))] for s in self.sources}
         self.skipped = 0
         self.first_skipped: list[str] = []
+        self.not_utf8: NotUtf8 = []
 
     def __iter__(self) -> Iterator[tuple[str, Document]]:
-        self.skipped, self.first_skipped = 0, []
+        self.skipped, self.first_skipped, self.not_utf8 = 0, [], NotUtf8()
         for source in self.sources:
             if source == WORDNET:
                 yield from ((f"wordnet:{d.id}", d) for d in wordnet_documents())
                 continue
             for path in self._files[source]:
-                for where, row in _rows(path):
+                for where, row in _rows(path, self.not_utf8):
                     try:
                         if isinstance(row, Exception):
                             raise row

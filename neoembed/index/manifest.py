@@ -82,7 +82,9 @@ class Manifest(StrictSettings):
 
         While an add is unfinished (its state file present), the store and the vectors have grown past what
         the manifest records, while the committed index still serves: they are then checked to be no shorter,
-        and the store by SQLite's own integrity check."""
+        the vectors' committed rows (the bytes the manifest records) by their checksum, and the store by
+        SQLite's own integrity check (SQLite rewrites pages in place, so it has no committed prefix). A resumed
+        add therefore never appends to, or seals into a new manifest, a committed row that was damaged."""
         directory = Path(directory)
         unfinished = (directory / STATE_FILE).exists()
         for name, record in self.files.items():
@@ -99,7 +101,7 @@ class Manifest(StrictSettings):
                 continue
             if grown and name == STORE_FILE:
                 _check_sqlite(path)
-            elif not grown and file_checksum(path) != record.xxh3:
+            elif file_checksum(path, size=record.size) != record.xxh3:
                 raise IndexingError(
                     f"{path} is damaged: its checksum differs from the one the index was written with; "
                     "rebuild the index"

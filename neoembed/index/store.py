@@ -10,8 +10,10 @@ interrupted build keeps its work.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,6 +58,10 @@ class DocStore:
                 self.append([doc for _, doc in chunk], start + count)
             except sqlite3.IntegrityError:
                 raise self._duplicate(chunk, corpus, start) from None
+            except sqlite3.OperationalError as err:
+                if "full" not in str(err):  # SQLite's "database or disk is full"
+                    raise
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path)) from err
             for _, doc in chunk:
                 digest.update(doc.id.encode() + b"\0" + doc.text.encode() + b"\0")
             count += len(chunk)

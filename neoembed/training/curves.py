@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neoembed.errors import InputError
-from neoembed.run_files import METRICS_FILE, temp_path
+from neoembed.run_files import METRICS_FILE, atomic_write
 
 CURVES_FILE = "curves.png"
 
@@ -117,9 +117,8 @@ def plot_runs(runs: list[RunCurves], out: Path) -> Path:
         ax.set_visible(False)
     figure.suptitle(" vs ".join(run.name for run in runs))
     out = Path(out)
-    tmp = temp_path(out).with_suffix(".png")
-    figure.savefig(tmp, dpi=110)
-    tmp.replace(out)
+    with atomic_write(out, suffix=".png") as tmp:
+        figure.savefig(tmp, dpi=110)
     return out
 
 
