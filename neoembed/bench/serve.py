@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 from neoembed.bench import backends as inference_backends
 from neoembed.bench import load
 from neoembed.bench.report import Report, Table, WrittenReport, write_report
+from neoembed.bench.serve_faults import RESTART_TARGET_S, fault_round
 from neoembed.bench.settings import ServeBench
 from neoembed.errors import InputError
 from neoembed.run_files import append_jsonl
@@ -213,6 +214,7 @@ def bench_model(
     served: dict[str, list[tuple[float, list[float]]]] = {backend: [] for backend in backends}
     health: dict[str, list[float]] = {}
     vectors: dict[str, np.ndarray] = {}
+    faults: dict[str, dict] = {}
     try:
         onnx = any(backend in inference_backends.ONNX_FILES for backend in backends)
         export = inference_backends.onnx_export(model, settings.out / "export" / label) if onnx else None
@@ -243,6 +245,7 @@ def bench_model(
                 port, requests[backend], settings.health_requests, settings.health_clients
             )
             vectors[backend] = _served_vectors(port, probe.texts)
+            faults[backend] = fault_round(servers[backend][0], port)  # last: it kills the inference process
     finally:
         for process, _ in servers.values():
             stop_server(process)
@@ -268,6 +271,7 @@ def bench_model(
             "health_p95_ms": _milliseconds(health[backend], 95),
             "health_probes": len(health[backend]),
             "server_s": [wall for wall, _ in served[backend]],
+            "faults": faults[backend],
             **inference_backends.fidelity(probe, reference, vectors[backend]),
         }
         if reference_wall:
@@ -284,6 +288,9 @@ def bench_model(
                 "p95 ms": _milliseconds(latencies, 95),
                 "p99 ms": _milliseconds(latencies, 99),
                 "health p95 ms": figures[backend]["health_p95_ms"],
+                "killed -> ready s": max(faults[backend]["restart_s"]),
+                "hung -> ready s": faults[backend]["hang_ready_s"],
+                "health p95 ms (faults)": faults[backend]["health_p95_ms"],
                 "worst cosine": figures[backend]["worst cosine"],
                 "recall@10 change": figures[backend]["recall@10 change"],
             }
@@ -304,7 +311,10 @@ def _summary(result: dict) -> str:
     """One line per model: each backend's ratio and /health p95, and the best backend's speed-up."""
     parts = [
         f"{backend} server/direct {f['ratio']:.2f} (target {TARGET_RATIO}), /health p95 "
-        f"{f['health_p95_ms']:.0f} ms over {f['health_probes']} probes (target {HEALTH_TARGET_MS:.0f})"
+        f"{f['health_p95_ms']:.0f} ms over {f['health_probes']} probes (target {HEALTH_TARGET_MS:.0f}); "
+        f"killed -> ready in at most {max(f['faults']['restart_s']):.1f} s (target {RESTART_TARGET_S:.0f}), "
+        f"hung -> 503 in {f['faults']['hang_unready_s']:.1f} s and ready in {f['faults']['hang_ready_s']:.1f} s, "
+        f"/health p95 {f['faults']['health_p95_ms']:.0f} ms meanwhile"
         for backend, f in result["backends"].items()
     ]
     speedups = {b: f["vs_fp32_server"] for b, f in result["backends"].items() if "vs_fp32_server" in f}
@@ -354,7 +364,8 @@ def run(settings: ServeBench) -> WrittenReport:
         )
     rows = [row for result in results for row in result["rows"]]
     columns = ["model", "path", "texts/s", "tokens/s", "ratio", "vs fp32 server", "p50 ms", "p95 ms"]
-    columns += ["p99 ms", "health p95 ms", "worst cosine", "recall@10 change"]
+    columns += ["p99 ms", "health p95 ms", "killed -> ready s", "hung -> ready s", "health p95 ms (faults)"]
+    columns += ["worst cosine", "recall@10 change"]
     described = {
         **settings.model_dump(mode="json"),
         "probe_synsets": PROBE_SYNSETS,
@@ -368,7 +379,8 @@ def run(settings: ServeBench) -> WrittenReport:
             f"{settings.repeats} rounds alternating between direct encode (torch fp32) and each server; ratio = "
             f"throughput / model.encode at batch {settings.direct_batch_sizes[0]}; /health polled every 20 ms "
             f"in a separate round of {settings.health_requests} requests from {settings.health_clients} "
-            "clients, all answered 200. Worst cosine and recall@10 change: the served vectors of a WordNet "
+            "clients, all answered 200. Then the fault round: the inference process killed twice and stopped "
+            "once (SIGSTOP), /health polled every 10 ms until a new one is ready. Worst cosine and recall@10 change: the served vectors of a WordNet "
             f"probe ({PROBE_SYNSETS} glosses and their example-sentence queries) against in-process torch fp32."
         ],
         tables=[Table(rows, [c for c in columns if any(c in row for row in rows)])],

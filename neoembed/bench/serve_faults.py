@@ -1,0 +1,79 @@
+"""The fault round of `neoembed bench serve`: how fast a server is ready again after its inference process
+dies or hangs, and how fast /health answers meanwhile (issue 42's targets: ready again within 5 s of a death,
+model load included, without a request; /health p95 under 100 ms throughout).
+
+Two deaths, each a SIGKILL of the inference process; then a hang, a SIGSTOP, which the server's watchdog must
+notice (no heartbeat for `HUNG_AFTER_SECONDS`), kill and replace. /health is polled every 10 ms the whole time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+RESTART_TARGET_S = 5.0
+POLL_S = 0.01
+DEADLINE_S = 120.0
+
+
+def inference_process(server: subprocess.Popen) -> int | None:
+    """The server's inference process: its one child (started by whichever of its threads), or None
+    between two of them."""
+    children = [
+        int(pid)
+        for task in Path(f"/proc/{server.pid}/task").iterdir()
+        for pid in (task / "children").read_text().split()
+    ]
+    return children[0] if len(children) == 1 else None
+
+
+def _until_replaced(server: subprocess.Popen, base: str, old: int, latencies: list[float]) -> dict:
+    """Poll /health until a new inference process answers ready; seconds to the first 503 and to ready."""
+    started, unready = time.perf_counter(), None
+    with httpx.Client(timeout=10) as client:
+        while time.perf_counter() - started < DEADLINE_S:
+            if server.poll() is not None:
+                raise RuntimeError(
+                    f"the server exited with status {server.returncode} during the fault round"
+                )
+            tic = time.perf_counter()
+            try:
+                status = client.get(f"{base}/health").status_code
+            except httpx.TransportError:  # the server itself went away: the check above says how
+                time.sleep(POLL_S)
+                continue
+            latencies.append(time.perf_counter() - tic)
+            if status != 200 and unready is None:
+                unready = time.perf_counter() - started
+            if status == 200 and unready is not None and inference_process(server) not in (None, old):
+                return {"unready_s": unready, "ready_s": time.perf_counter() - started}
+            time.sleep(POLL_S)
+    raise RuntimeError(f"no new inference process was ready {DEADLINE_S:.0f} s after the fault")
+
+
+def fault_round(server: subprocess.Popen, port: int, kills: int = 2) -> dict:
+    """`kills` deaths and one hang of the inference process of a running, idle server: the seconds from
+    each fault to ready, and /health's latency over the whole round. Three faults in all: the server's
+    default `--max-worker-restarts`, past which it exits for its supervisor to restart."""
+    base, latencies = f"http://127.0.0.1:{port}", []
+    restarts = []
+    for _ in range(kills):
+        old = inference_process(server)
+        os.kill(old, signal.SIGKILL)
+        restarts.append(_until_replaced(server, base, old, latencies)["ready_s"])
+    old = inference_process(server)
+    os.kill(old, signal.SIGSTOP)
+    hang = _until_replaced(server, base, old, latencies)
+    return {
+        "restart_s": restarts,
+        "hang_unready_s": hang["unready_s"],
+        "hang_ready_s": hang["ready_s"],
+        "health_p95_ms": float(np.percentile(latencies, 95)) * 1000,
+        "health_probes": len(latencies),
+    }
