@@ -123,15 +123,12 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.blake2b(vocabulary.encode(), digest_size=16).hexdigest()
 
 
-def write_tokenizer_record(directory: Path) -> None:
-    """Record the fingerprint of the tokenizer saved in `directory` (read back from its files, as every load
-    reads it), for `check_tokenizer_record`."""
+def tokenizer_record(directory: Path) -> dict:
+    """What an export writes to its TOKENIZER_RECORD: the fingerprint of the tokenizer saved in `directory`
+    (read back from its files, as every load reads it), for `check_tokenizer_record`."""
     from transformers import AutoTokenizer
 
-    from neoembed.run_files import write_json
-
-    saved = AutoTokenizer.from_pretrained(str(directory))
-    write_json(Path(directory) / TOKENIZER_RECORD, {"vocabulary": tokenizer_fingerprint(saved)})
+    return {"vocabulary": tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(directory)))}
 
 
 def check_tokenizer_record(model, directory: str, name: str) -> None:

@@ -350,11 +350,11 @@ def test_an_export_whose_vocabulary_was_shuffled_is_refused(minilm_path, tmp_pat
     """The same number of tokens, the words moved: every check of size and unknown words passes, and the
     embeddings are garbage. The export's tokenizer record catches it; a model neoembed did not export (no
     record) loads as before."""
-    from neoembed.embedder import TOKENIZER_RECORD, write_tokenizer_record
+    from neoembed.embedder import TOKENIZER_RECORD, tokenizer_record
 
     export = tmp_path / "export"
     shutil.copytree(minilm_path, export)
-    write_tokenizer_record(export)
+    (export / TOKENIZER_RECORD).write_text(json.dumps(tokenizer_record(export)))  # as an export writes it
     encode = ["encode", "--model", str(export), "a text"]
     assert runner.invoke(app, encode).exit_code == 0
     words = (export / "vocab.txt").read_text().splitlines()

@@ -18,10 +18,10 @@ from neoembed.contrastive.lora import has_adapters, merge_adapters
 from neoembed.contrastive.model import BaseModelError
 from neoembed.contrastive.model_card import TrainingFacts, is_hub_id, model_card
 from neoembed.contrastive.model_meta import export_model_meta, write_model_meta
-from neoembed.embedder import position_limit, write_tokenizer_record
+from neoembed.embedder import TOKENIZER_RECORD, position_limit, tokenizer_record
 from neoembed.evaluation import META_FILE
 from neoembed.extras import install_hint
-from neoembed.run_files import write_text
+from neoembed.run_files import write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def export_model(model, path: Path, facts: TrainingFacts, prompts: dict[str, str
     model.prompts.update(prompts or {})
     model.save(str(path), safe_serialization=True, create_model_card=False)
     write_portable_configs(path, model)
-    write_tokenizer_record(path)
+    write_json(path / TOKENIZER_RECORD, tokenizer_record(path))
     if model[0].auto_model.config.model_type == "neobert":
         add_remote_code(path)
     write_text(path / "README.md", model_card(model, facts))
