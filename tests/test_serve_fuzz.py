@@ -12,11 +12,8 @@ import json
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from sentence_transformers import SentenceTransformer
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from neoembed.pretrain.neobert import NeoBERTModel, load_tokenizer, tiny_config
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 
 pytestmark = pytest.mark.faults  # the fault suite: docs/reliability.md
@@ -34,14 +31,10 @@ json_values = st.recursive(
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
+def url(neobert_embedder):
     """A tiny NeoBERT served with small limits, so that generated requests also meet every limit."""
-    root = tmp_path_factory.mktemp("fuzz")
-    NeoBERTModel(tiny_config()).eval().save_pretrained(root / "backbone")
-    load_tokenizer(max_length=128).save_pretrained(root / "backbone")
-    SentenceTransformer(str(root / "backbone"), device="cpu").save(str(root / "embedder"))
     settings = ServeSettings(
-        model=str(root / "embedder"), threads=1, dtype="float32", max_client_batch_size=8, max_queue_items=64
+        model=str(neobert_embedder), threads=1, dtype="float32", max_client_batch_size=8, max_queue_items=64
     )
     with serve_in_thread(create_app(settings)) as base:
         yield base

@@ -17,8 +17,6 @@ from sentence_transformers import SentenceTransformer
 
 from neoembed.embedder import load_embedder
 from neoembed.index import build_index
-from neoembed.pretrain.neobert import NeoBERTModel, tiny_config
-from neoembed.pretrain.neobert.tokenizer import load_tokenizer
 from neoembed.probe import worst_cosine
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 
@@ -47,16 +45,6 @@ def index_dir(tmp_path_factory, minilm_path):
     )
     build_index([corpus], root / "index", model=str(minilm_path), tune_queries=len(DOCS), dtype="float32")
     return root / "index"
-
-
-@pytest.fixture(scope="module")
-def neobert_dir(tmp_path_factory):
-    """A tiny random NeoBERT saved as a sentence-transformers directory (mean pooling)."""
-    root = tmp_path_factory.mktemp("neobert")
-    NeoBERTModel(tiny_config()).eval().save_pretrained(root / "backbone")
-    load_tokenizer(max_length=128).save_pretrained(root / "backbone")
-    SentenceTransformer(str(root / "backbone"), device="cpu").save(str(root / "embedder"))
-    return root / "embedder"
 
 
 def test_search_returns_ranked_documents_with_metadata(index_dir, minilm_path, minilm):
@@ -141,8 +129,8 @@ def test_a_bf16_model_serves_unit_vectors_close_to_fp32_next_to_its_index(index_
     assert results[0]["hits"][0]["id"] == "piano"
 
 
-def test_auto_serves_in_bf16_exactly_where_the_cpu_has_bf16_units(neobert_dir, cpu_bf16):
-    with serve_in_thread(create_app(ServeSettings(model=str(neobert_dir)))) as base:
+def test_auto_serves_in_bf16_exactly_where_the_cpu_has_bf16_units(neobert_embedder, cpu_bf16):
+    with serve_in_thread(create_app(ServeSettings(model=str(neobert_embedder)))) as base:
         dtype = httpx.get(f"{base}/info").json()["dtype"]
     assert dtype == ("bfloat16" if cpu_bf16 else "float32")
 
@@ -154,15 +142,15 @@ def test_a_max_length_beyond_the_model_positions_is_refused(minilm_path):
         create_app(ServeSettings(model=str(minilm_path), max_input_length=1000))
 
 
-def test_index_built_with_another_model_is_refused_at_start(index_dir, neobert_dir):
+def test_index_built_with_another_model_is_refused_at_start(index_dir, neobert_embedder):
     with pytest.raises(ValueError, match="was built with .* not with the served model"):
-        create_app(ServeSettings(model=str(neobert_dir), index=index_dir))
+        create_app(ServeSettings(model=str(neobert_embedder), index=index_dir))
 
 
-def test_serves_a_neobert_sentence_transformers_directory(neobert_dir):
+def test_serves_a_neobert_sentence_transformers_directory(neobert_embedder):
     # The real loading path (load_embedder via the settings), as `neoembed serve --model DIR` does.
-    app = create_app(ServeSettings(model=str(neobert_dir), dtype="float32"))
-    reference = SentenceTransformer(str(neobert_dir), device="cpu")
+    app = create_app(ServeSettings(model=str(neobert_embedder), dtype="float32"))
+    reference = SentenceTransformer(str(neobert_embedder), device="cpu")
     texts = ["a short one", "a much longer sentence with many more words in it than the first"]
     with serve_in_thread(app) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
@@ -183,8 +171,8 @@ def test_serves_a_neobert_sentence_transformers_directory(neobert_dir):
 
 
 @pytest.mark.faults
-def test_a_strict_server_answers_404_for_another_model_name(neobert_dir):
-    settings = ServeSettings(model=str(neobert_dir), served_model_name="tiny", strict_model_name=True)
+def test_a_strict_server_answers_404_for_another_model_name(neobert_embedder):
+    settings = ServeSettings(model=str(neobert_embedder), served_model_name="tiny", strict_model_name=True)
     with serve_in_thread(create_app(settings)) as base:
         other = httpx.post(f"{base}/v1/embeddings", json={"input": "x", "model": "gpt-embed"})
         ours = httpx.post(f"{base}/v1/embeddings", json={"input": "x", "model": "tiny"})
