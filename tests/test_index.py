@@ -113,8 +113,7 @@ def test_corpus_formats_skips_and_metadata(tmp_path):
 
 def test_corpus_streams_into_the_store_in_chunks(tmp_path, monkeypatch):
     """More documents than one chunk: all stored in order, the skips counted, only the first ones kept."""
-    from neoembed.index import corpus as corpus_module
-    from neoembed.index import store as store_module
+    from neoembed.index import corpus as corpus_module, store as store_module
 
     monkeypatch.setattr(store_module, "STORE_CHUNK", 7)
     monkeypatch.setattr(corpus_module, "SKIPS_KEPT", 3)

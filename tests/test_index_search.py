@@ -18,12 +18,12 @@ from neoembed.index import (
     RebuildSettings,
     SearchSettings,
     add_documents,
+    build as index_build,
     build_index,
+    encode as index_encode,
     load_index,
     rebuild_index,
 )
-from neoembed.index import build as index_build
-from neoembed.index import encode as index_encode
 from neoembed.vector_file import read_vectors
 
 TOPICS = {

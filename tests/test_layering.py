@@ -13,31 +13,32 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from functools import cache
 from pathlib import Path
 
 import pytest
 
+from neoembed.faces import face_imports
+
 PACKAGE = Path(__file__).resolve().parents[1] / "neoembed"
 
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def read_layers() -> list[set[str]]:
+    """Units from the bottom layer up, as docs/architecture.md's table of layers lists them (`| N | `unit`,
+    `unit/` | job |`): the one source of the layers, so the document and this test cannot disagree."""
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## The layers") :]
+    section = section[: section.index("\n## ", 3)]
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \|", section, flags=re.MULTILINE)
+    assert [int(number) for number, _ in rows] == list(range(len(rows))), "layers numbered 0, 1, 2, ..."
+    return [{name.rstrip("/") for name in re.findall(r"`([^`]+)`", units)} for _, units in rows]
+
+
 # Units from the bottom layer up; a unit may import units on lower layers only.
-LAYERS = [
-    {"errors", "cache"},
-    {"extras"},
-    {"packaged", "precision", "mteb_setup", "faiss_setup", "run_files", "embedder", "vector_file"},
-    {"recipes", "probe"},
-    {"onnx_backend"},
-    {"training"},
-    {"data"},
-    {"pretrain"},
-    {"evaluation"},
-    {"contrastive", "index"},
-    {"serve"},
-    {"quickstart"},
-    {"bench"},
-    {"cli"},
-    {"__main__", "neoembed"},  # the package root imports the backbone to register it
-]
+LAYERS = read_layers()
 FACE_SUBPACKAGES = ("neoembed.pretrain.neobert", "neoembed.evaluation.glue")
 MODELING_FILES = ("config.py", "modeling.py", "attention.py", "rope.py")
 
@@ -90,14 +91,15 @@ def imports(module: str) -> list[tuple[str, tuple[str, ...], int]]:
 
 @cache
 def face_exports(face_module: str) -> dict[str, str]:
-    """name -> defining module of a lazy face (`lazy_loader.attach(__name__, submodules=, submod_attrs=)`)."""
-    exported = {}
-    for node in ast.walk(ast.parse(modules()[face_module].read_text())):
-        if isinstance(node, ast.keyword) and node.arg == "submod_attrs":
-            for key, names in zip(node.value.keys, node.value.values, strict=True):
-                exported |= {name.value: f"{face_module}.{key.value}" for name in names.elts}
-        if isinstance(node, ast.keyword) and node.arg == "submodules":
-            exported |= {name.value: f"{face_module}.{name.value}" for name in node.value.elts}
+    """name -> defining module of a lazy face: the `if TYPE_CHECKING:` imports of its `__init__.py`, which
+    `neoembed.faces.attach_face` also reads at run time. A package that is not a lazy face exports nothing here."""
+    path = modules()[face_module]
+    if path.name != "__init__.py" or "attach_face(__name__, __file__)" not in path.read_text():
+        return {}
+    submodules, names = face_imports(path)
+    exported = {module: f"{face_module}.{module}" for module in submodules}
+    for module, public in names.items():
+        exported |= dict.fromkeys(public, f"{face_module}.{module}")
     return exported
 
 
@@ -138,6 +140,8 @@ def test_every_unit_has_a_layer():
 
 def test_no_modules_import_each_other_in_a_loop():
     def edges(module: str) -> set[str]:
+        if face_exports(module):
+            return set()  # a lazy face's imports are under TYPE_CHECKING: none runs when it is imported
         out = set()
         for target, names, _ in imports(module):
             exported = face_exports(target) if target in modules() else {}
@@ -197,3 +201,14 @@ def test_mteb_is_imported_after_its_setup(module):
         assert first_setup is not None and first_setup < first_mteb, (
             f"{module}: mteb before neoembed.mteb_setup"
         )
+
+
+def test_every_name_a_face_declares_loads_from_the_module_it_names():
+    """The `if TYPE_CHECKING:` block never runs, so a misspelt name would only fail on first use."""
+    faces = [m for m in modules() if face_exports(m)]
+    assert len(faces) >= 10
+    for face_module in faces:
+        face = importlib.import_module(face_module)
+        for name, defining in face_exports(face_module).items():
+            loaded = getattr(face, name)
+            assert loaded is getattr(importlib.import_module(defining), name, loaded), f"{face_module}.{name}"

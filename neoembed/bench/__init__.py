@@ -1,38 +1,43 @@
 """Throughput and quality benchmarks behind `neoembed bench`: one module per bench, each with `run(settings)`
 over its settings in `settings`."""
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submodules=[
-        "backends",
-        "build_data",
-        "contrastive",
-        "encode",
-        "gpu",
-        "gpu_docs",
-        "gpu_stages",
-        "index",
-        "mteb",
-        "openai_clients",
-        "pretrain",
-        "scale",
-        "serve",
-    ],
-    submod_attrs={
-        "report": ["Report", "Table", "WrittenReport", "write_report"],
-        "settings": [
-            "BuildDataBench",
-            "ContrastiveBench",
-            "EncodeBench",
-            "GpuBench",
-            "IndexBench",
-            "MtebBench",
-            "OpenaiBench",
-            "PretrainBench",
-            "ScaleBench",
-            "ServeBench",
-        ],
-    },
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from . import (
+        backends as backends,
+        build_data as build_data,
+        contrastive as contrastive,
+        encode as encode,
+        gpu as gpu,
+        gpu_docs as gpu_docs,
+        gpu_stages as gpu_stages,
+        index as index,
+        mteb as mteb,
+        openai_clients as openai_clients,
+        pretrain as pretrain,
+        scale as scale,
+        serve as serve,
+    )
+    from .report import (
+        Report as Report,
+        Table as Table,
+        WrittenReport as WrittenReport,
+        write_report as write_report,
+    )
+    from .settings import (
+        BuildDataBench as BuildDataBench,
+        ContrastiveBench as ContrastiveBench,
+        EncodeBench as EncodeBench,
+        GpuBench as GpuBench,
+        IndexBench as IndexBench,
+        MtebBench as MtebBench,
+        OpenaiBench as OpenaiBench,
+        PretrainBench as PretrainBench,
+        ScaleBench as ScaleBench,
+        ServeBench as ServeBench,
+    )
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

@@ -43,8 +43,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from neoembed.bench import backends as inference_backends
-from neoembed.bench import load
+from neoembed.bench import backends as inference_backends, load
 from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.serve_faults import RESTART_TARGET_S, fault_round
 from neoembed.bench.settings import ServeBench

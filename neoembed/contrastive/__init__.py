@@ -1,13 +1,17 @@
 """InfoNCE fine-tuning of any encoder into a sentence embedder, and its export as a sentence-transformers
 directory: typed recipe settings, the loss, the homogeneous batch sampler, the trainer and the export."""
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={
-        "settings": ["ContrastiveSettings"],
-        "train": ["run_contrastive"],
-        "result": ["ContrastiveResult", "SetScores", "relative_change"],
-    },
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .result import (
+        ContrastiveResult as ContrastiveResult,
+        SetScores as SetScores,
+        relative_change as relative_change,
+    )
+    from .settings import ContrastiveSettings as ContrastiveSettings
+    from .train import run_contrastive as run_contrastive
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

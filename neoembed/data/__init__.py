@@ -1,24 +1,56 @@
 """Contrastive data: manifests, source readers, normalisation, dedup, the leakage guard, hard-negative mining
 and the dataset build, with WordNet and FOLDOC as the embedded sources."""
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={
-        "build": ["Build", "BuildConfig", "BuildResult", "build"],
-        "foldoc": ["HELDOUT_CORPUS", "HELDOUT_QUERIES", "foldoc_retrieval"],
-        "leakage": ["GuardedTexts"],
-        "manifest": ["load_manifests"],
-        "manpages": ["manpages_retrieval"],
-        "mining": ["MiningConfig", "SEARCH_CHUNK", "exact_searcher"],
-        "normalize": ["KEY_VERSION", "clean", "text_key"],
-        "packages": ["packages_retrieval"],
-        "records": ["RecordsError", "load_records"],
-        "rescore": ["RescoreConfig"],
-        "shards": ["Share", "resolve_share", "share_from_environment"],
-        "sources": ["open_source"],
-        "stats": ["leakage_summary", "mining_summary"],
-        "wordnet": ["Synset", "load_synsets", "sample_order", "split_of"],
-    },
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .build import (
+        Build as Build,
+        BuildConfig as BuildConfig,
+        BuildResult as BuildResult,
+        build as build,
+    )
+    from .foldoc import (
+        HELDOUT_CORPUS as HELDOUT_CORPUS,
+        HELDOUT_QUERIES as HELDOUT_QUERIES,
+        foldoc_retrieval as foldoc_retrieval,
+    )
+    from .leakage import GuardedTexts as GuardedTexts
+    from .manifest import load_manifests as load_manifests
+    from .manpages import manpages_retrieval as manpages_retrieval
+    from .mining import (
+        SEARCH_CHUNK as SEARCH_CHUNK,
+        MiningConfig as MiningConfig,
+        exact_searcher as exact_searcher,
+    )
+    from .normalize import (
+        KEY_VERSION as KEY_VERSION,
+        clean as clean,
+        text_key as text_key,
+    )
+    from .packages import packages_retrieval as packages_retrieval
+    from .records import (
+        RecordsError as RecordsError,
+        load_records as load_records,
+    )
+    from .rescore import RescoreConfig as RescoreConfig
+    from .shards import (
+        Share as Share,
+        resolve_share as resolve_share,
+        share_from_environment as share_from_environment,
+    )
+    from .sources import open_source as open_source
+    from .stats import (
+        leakage_summary as leakage_summary,
+        mining_summary as mining_summary,
+    )
+    from .wordnet import (
+        Synset as Synset,
+        load_synsets as load_synsets,
+        sample_order as sample_order,
+        split_of as split_of,
+    )
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

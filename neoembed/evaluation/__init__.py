@@ -7,20 +7,41 @@ resumably, `significance` tests paired differences between models, `summary` agg
 imported through `neoembed.mteb_setup`, which points its result cache under neoembed's cache first.
 """
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={
-        "benchmark_texts": ["benchmark_texts"],
-        "local_tasks": ["LOCAL_TASKS"],
-        "model_meta": ["META_FILE", "read_model_meta"],
-        "models": ["EvalSettings", "load_model", "resolve_model"],
-        "runner": ["resolve_models", "run_evaluation", "saved_row_inputs"],
-        "significance": ["compare_pair", "mean_of"],
-        "settings": ["MtebEvalSettings"],
-        "summary": ["to_markdown"],
-        "tasks": ["select_tasks", "task_types", "use_local_datasets"],
-        "wordnet_sets": ["heldout_synsets", "wordnet_example_retrieval"],
-    },
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .benchmark_texts import benchmark_texts as benchmark_texts
+    from .local_tasks import LOCAL_TASKS as LOCAL_TASKS
+    from .model_meta import (
+        META_FILE as META_FILE,
+        read_model_meta as read_model_meta,
+    )
+    from .models import (
+        EvalSettings as EvalSettings,
+        load_model as load_model,
+        resolve_model as resolve_model,
+    )
+    from .runner import (
+        resolve_models as resolve_models,
+        run_evaluation as run_evaluation,
+        saved_row_inputs as saved_row_inputs,
+    )
+    from .settings import MtebEvalSettings as MtebEvalSettings
+    from .significance import (
+        compare_pair as compare_pair,
+        mean_of as mean_of,
+    )
+    from .summary import to_markdown as to_markdown
+    from .tasks import (
+        select_tasks as select_tasks,
+        task_types as task_types,
+        use_local_datasets as use_local_datasets,
+    )
+    from .wordnet_sets import (
+        heldout_synsets as heldout_synsets,
+        wordnet_example_retrieval as wordnet_example_retrieval,
+    )
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

@@ -10,20 +10,54 @@ arguments; the `neoembed index` and `neoembed search` options are generated from
 faiss is imported through `neoembed.faiss_setup`, which sets the BLAS core type first.
 """
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={
-        "build": ["add_documents", "build_index", "rebuild_index"],
-        "corpus": ["CorpusReader", "Document", "wordnet_documents"],
-        "errors": ["CorpusError", "IndexMismatchError", "IndexingError"],
-        "export": ["export_index"],
-        "factory": ["choose_factory", "ivf_lists", "pq_subquantizers"],
-        "manifest": ["MANIFEST_FILE", "VECTORS_FILE", "Manifest"],
-        "search": ["Hit", "SearchIndex", "load_index"],
-        "settings": ["AddSettings", "BuildSettings", "ExportSettings", "RebuildSettings", "SearchSettings"],
-        "train": ["train_and_add"],
-        "tune": ["exact_neighbors", "measure", "tune"],
-    },
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .build import (
+        add_documents as add_documents,
+        build_index as build_index,
+        rebuild_index as rebuild_index,
+    )
+    from .corpus import (
+        CorpusReader as CorpusReader,
+        Document as Document,
+        wordnet_documents as wordnet_documents,
+    )
+    from .errors import (
+        CorpusError as CorpusError,
+        IndexingError as IndexingError,
+        IndexMismatchError as IndexMismatchError,
+    )
+    from .export import export_index as export_index
+    from .factory import (
+        choose_factory as choose_factory,
+        ivf_lists as ivf_lists,
+        pq_subquantizers as pq_subquantizers,
+    )
+    from .manifest import (
+        MANIFEST_FILE as MANIFEST_FILE,
+        VECTORS_FILE as VECTORS_FILE,
+        Manifest as Manifest,
+    )
+    from .search import (
+        Hit as Hit,
+        SearchIndex as SearchIndex,
+        load_index as load_index,
+    )
+    from .settings import (
+        AddSettings as AddSettings,
+        BuildSettings as BuildSettings,
+        ExportSettings as ExportSettings,
+        RebuildSettings as RebuildSettings,
+        SearchSettings as SearchSettings,
+    )
+    from .train import train_and_add as train_and_add
+    from .tune import (
+        exact_neighbors as exact_neighbors,
+        measure as measure,
+        tune as tune,
+    )
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

@@ -3,13 +3,18 @@
 The backbone it trains is `neoembed.pretrain.neobert`; other packages import the backbone from there.
 """
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={
-        "settings": ["PretrainSettings"],
-        "train": ["run_pretraining"],
-        "batches": ["MLMBatches", "batch_counts", "packed_to_padded", "padded_width"],
-    },
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .batches import (
+        MLMBatches as MLMBatches,
+        batch_counts as batch_counts,
+        packed_to_padded as packed_to_padded,
+        padded_width as padded_width,
+    )
+    from .settings import PretrainSettings as PretrainSettings
+    from .train import run_pretraining as run_pretraining
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

@@ -1,8 +1,16 @@
 """The README's main job: the toolkit end to end on the embedded default, as resumable steps."""
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={"pipeline": ["DEFAULT", "SMOKE", "QuickstartSettings", "Sizes", "run_quickstart"]},
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .pipeline import (
+        DEFAULT as DEFAULT,
+        SMOKE as SMOKE,
+        QuickstartSettings as QuickstartSettings,
+        Sizes as Sizes,
+        run_quickstart as run_quickstart,
+    )
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

@@ -6,13 +6,16 @@ carries token ids and cuts them into batches by token budget; the backend is a s
 (`backend` is its handle, `worker` its code) that owns the model and embeds the ids.
 """
 
-import lazy_loader
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={
-        "app": ["create_app"],
-        "server": ["run_server", "serve_in_thread"],
-        "settings": ["ServeSettings"],
-    },
-)
+from neoembed.faces import attach_face
+
+if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .app import create_app as create_app
+    from .server import (
+        run_server as run_server,
+        serve_in_thread as serve_in_thread,
+    )
+    from .settings import ServeSettings as ServeSettings
+
+__getattr__, __dir__, __all__ = attach_face(__name__, __file__)

@@ -25,8 +25,7 @@ import functools
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
-from transformers import initialization as init
+from transformers import PreTrainedModel, initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
