@@ -140,6 +140,45 @@ def section_model(annotation: Any) -> type[BaseModel] | None:
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
+S = TypeVar("S", bound=BaseModel)
+
+
+class _FieldRecorder:
+    """Stands in for a settings object inside `field_path`'s selector: each attribute read is checked against
+    the settings class and recorded."""
+
+    def __init__(self, model: type[BaseModel] | None, path: tuple[str, ...]) -> None:
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_path", path)
+
+    def __getattr__(self, name: str) -> _FieldRecorder:
+        model, path = object.__getattribute__(self, "_model"), object.__getattribute__(self, "_path")
+        if model is None or name not in model.model_fields:
+            where = ".".join(path) or "the settings"
+            raise AttributeError(
+                f"{where} has no field {name!r}{_nearest_names(model, (name,)) if model else ''}"
+            )
+        return _FieldRecorder(section_model(model.model_fields[name].annotation), (*path, name))
+
+
+def field_path(settings: type[S], select: Callable[[S], object]) -> str:
+    """The dotted path of the recipe field `select` reads: `field_path(ContrastiveSettings, lambda s:
+    s.train.output_dir)` is "train.output_dir". The one way code names a field: checked against the settings
+    classes when it runs, and, the selector being typed by `settings`, followed by type checkers and renamed with
+    the field by an IDE."""
+    recorded = select(_FieldRecorder(settings, ()))  # type: ignore[arg-type]
+    if not isinstance(recorded, _FieldRecorder) or not object.__getattribute__(recorded, "_path"):
+        raise TypeError(
+            "the selector must return a field of the settings it is given, as in `lambda s: s.train.seed`"
+        )
+    return ".".join(object.__getattribute__(recorded, "_path"))
+
+
+def flag(settings: type[S], select: Callable[[S], object]) -> str:
+    """The command-line override of the field `select` reads: `--train.output_dir` (see `field_path`)."""
+    return "--" + field_path(settings, select)
+
+
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
     """The top-level mapping of a YAML file, or a RecipeError naming the file."""
     try:

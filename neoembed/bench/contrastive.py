@@ -30,7 +30,9 @@ import torch
 
 from neoembed.bench.report import Report, Table, WrittenReport, write_report
 from neoembed.bench.settings import ContrastiveBench
+from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
+from neoembed.recipes import field_path, load_recipe
 from neoembed.run_files import METRICS_FILE, write_json
 
 EXAMPLE_TASK = "WordNetExampleDefinitionRetrieval"
@@ -51,17 +53,29 @@ EPSILON = 1e-9
 METHODS = {"neoembed": "neoembed", "st": "ST MNRL"}  # method -> its label in the tables
 # The paired differences reported per group: method minus other (None: the base model).
 COMPARISONS = (("neoembed", None), ("st", None), ("neoembed", "st"))
+
+
+def _field(select: Callable[[ContrastiveSettings], object]) -> str:
+    """A contrastive recipe field's dotted path (`recipes.field_path`)."""
+    return field_path(ContrastiveSettings, select)
+
+
 # Fields the bench sets itself: overriding one would break "same data, base, budget and threads".
-BENCH_FIELDS = (
-    "data.path",
-    "model.base",
-    "train.output_dir",
-    "train.max_minutes",
-    "train.max_steps",
-    "train.seed",
-    "train.precision",
-    "train.threads",
-    "export.path",
+BENCH_FIELDS = tuple(
+    map(
+        _field,
+        (
+            lambda s: s.data.path,
+            lambda s: s.model.base,
+            lambda s: s.train.output_dir,
+            lambda s: s.train.max_minutes,
+            lambda s: s.train.max_steps,
+            lambda s: s.train.seed,
+            lambda s: s.train.precision,
+            lambda s: s.train.threads,
+            lambda s: s.export.path,
+        ),
+    )
 )
 
 
@@ -189,8 +203,6 @@ def neoembed_settings(
 ):
     """The recipe with the user's overrides, then the fields every compared model shares: data, base, budget
     (`st_baseline.Budget`), seed, precision and threads."""
-    from neoembed.contrastive import ContrastiveSettings
-    from neoembed.recipes import load_recipe
 
     fixed = sorted(set(overrides) & set(BENCH_FIELDS))
     if fixed:
@@ -200,18 +212,20 @@ def neoembed_settings(
             param="--set",
         )
     shared = {
-        "data.path": str(data),
-        "model.base": base,
-        "train.output_dir": str(run_dir),
-        "train.seed": budget.seed,
-        "train.precision": budget.precision,
-        "train.threads": threads,
-        "export.path": str(run_dir / f"{run_dir.name}-model"),
+        _field(lambda s: s.data.path): str(data),
+        _field(lambda s: s.model.base): base,
+        _field(lambda s: s.train.output_dir): str(run_dir),
+        _field(lambda s: s.train.seed): budget.seed,
+        _field(lambda s: s.train.precision): budget.precision,
+        _field(lambda s: s.train.threads): threads,
+        _field(lambda s: s.export.path): str(run_dir / f"{run_dir.name}-model"),
     }
     if budget.steps:
-        shared["train.max_steps"] = budget.steps
+        shared[_field(lambda s: s.train.max_steps)] = budget.steps
     if budget.minutes:
-        shared["train.max_minutes"] = budget.minutes  # within the recipe's schedule of steps
+        shared[_field(lambda s: s.train.max_minutes)] = (
+            budget.minutes
+        )  # within the recipe's schedule of steps
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
 
 
@@ -363,10 +377,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
 def shipped(recipe: Path, overrides: dict, data: Path):
     """The recipe's settings with the user's overrides (its steps and training length, which the baseline
     shares)."""
-    from neoembed.contrastive import ContrastiveSettings
-    from neoembed.recipes import load_recipe
-
-    return load_recipe(recipe, ContrastiveSettings, {**overrides, "data.path": str(data)})
+    return load_recipe(recipe, ContrastiveSettings, {**overrides, _field(lambda s: s.data.path): str(data)})
 
 
 class SeedAverages:

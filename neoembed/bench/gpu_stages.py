@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from neoembed.contrastive import ContrastiveSettings as C  # the recipe the contrastive stage overrides
+from neoembed.recipes import flag
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -56,7 +59,8 @@ CUDA = Sizes(
     corpus_max_words=3000,
     deepspeed_steps=20,
     wordnet_rows=50_000,
-    contrastive=("--train.max_steps", "100", "--train.batch_size", "32", "--model.max_length", "256"),
+    contrastive=(flag(C, lambda s: s.train.max_steps), "100", flag(C, lambda s: s.train.batch_size), "32")
+    + (flag(C, lambda s: s.model.max_length), "256"),
     serve=(
         "--models",
         "neobert",
@@ -105,7 +109,8 @@ DRY_RUN = Sizes(
     corpus_max_words=60,
     deepspeed_steps=2,
     wordnet_rows=200,
-    contrastive=("--train.max_steps", "2", "--train.batch_size", "4", "--model.max_length", "32"),
+    contrastive=(flag(C, lambda s: s.train.max_steps), "2", flag(C, lambda s: s.train.batch_size), "4")
+    + (flag(C, lambda s: s.model.max_length), "32"),
     serve=(
         "--models",
         "neobert",
@@ -240,9 +245,17 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
             "contrastive",
             "neoembed contrastive of the pretrained NeoBERT on the WordNet build",
             contrastive,
-            ("neoembed", "contrastive", "--recipe", "contrastive-cpu", "--data.path", str(build))
-            + ("--model.base", str(root / "pretrain" / "run" / "final"), "--loss.gather", "false")
-            + ("--eval.sets", "[wordnet]", "--train.output_dir", str(contrastive / "run"))
+            (
+                "neoembed",
+                "contrastive",
+                "--recipe",
+                "contrastive-cpu",
+                flag(C, lambda s: s.data.path),
+                str(build),
+            )
+            + (flag(C, lambda s: s.model.base), str(root / "pretrain" / "run" / "final"))
+            + (flag(C, lambda s: s.loss.gather), "false", flag(C, lambda s: s.eval.sets), "[wordnet]")
+            + (flag(C, lambda s: s.train.output_dir), str(contrastive / "run"))
             + s.contrastive,
             needs_files=(build / "stats.json", root / "pretrain" / "run" / "final"),
         ),
