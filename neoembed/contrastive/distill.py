@@ -179,6 +179,30 @@ class ScoreDistillation(nn.Module):
 
     Not scaled by temperature^2 as DistillKLDivLoss is (Hinton's correction for temperatures >= 1): at
     InfoNCE's temperatures (~0.05) that would shrink the term ~400x; FlagEmbedding does not scale it either.
+
+    Requirements:
+        1. A teacher embedder; its embedding of every distinct training text, computed once and cached
+           (`TeacherTargets`, looked up by text key).
+        2. `InfoNCELoss` around it: it scores the batch `InfoNCELoss.in_batch` built.
+
+    Inputs:
+        +--------------------------------------------+---------------------------------------------+
+        | Texts                                      | Labels                                      |
+        +============================================+=============================================+
+        | (query, positive[, negatives]), as InfoNCE | the text keys of each column, as InfoNCE    |
+        +--------------------------------------------+---------------------------------------------+
+
+    Relations:
+        - sentence-transformers' `DistillKLDivLoss` compares the same distributions over each row's own
+          candidates only, read from a label column; this one takes every in-batch candidate.
+        - `EmbeddingDistillation` matches embeddings instead of scores.
+
+    Example:
+        ::
+
+            distill = ScoreDistillation(TeacherTargets(keys, vectors), temperature=0.05, weight=1.0)
+            loss = InfoNCELoss(model, temperature=0.05, distill=distill)
+            # or in a recipe: loss.distill: {teacher: minilm, target: scores}
     """
 
     def __init__(self, targets: TeacherTargets, temperature: float, weight: float) -> None:
@@ -204,7 +228,31 @@ class ScoreDistillation(nn.Module):
 class EmbeddingDistillation(nn.Module):
     """The student's embedding of each distinct text of the (local) batch against the teacher's, by
     sentence-transformers' EmbedDistillLoss comparison (cosine or MSE), through its learned projection where
-    the dimensions differ. The projection trains with the student and is not part of the exported model."""
+    the dimensions differ. The projection trains with the student and is not part of the exported model.
+
+    Requirements:
+        1. A teacher embedder; its embedding of every distinct training text, cached (`TeacherTargets`).
+        2. `InfoNCELoss` around it, which hands it each column's embeddings and keys.
+
+    Inputs:
+        +--------------------------------------------+---------------------------------------------+
+        | Texts                                      | Labels                                      |
+        +============================================+=============================================+
+        | (query, positive[, negatives]), as InfoNCE | the text keys of each column, as InfoNCE    |
+        +--------------------------------------------+---------------------------------------------+
+
+    Relations:
+        - sentence-transformers' `EmbedDistillLoss` is the comparison; this reads the teacher's embeddings
+          from the cache by text key instead of a label column, and counts each distinct text once.
+        - `ScoreDistillation` matches in-batch score distributions instead.
+
+    Example:
+        ::
+
+            distill = EmbeddingDistillation(model, TeacherTargets(keys, vectors), metric="cosine", weight=1.0)
+            loss = InfoNCELoss(model, distill=distill)
+            # or in a recipe: loss.distill: {teacher: minilm, target: embedding, metric: cosine}
+    """
 
     def __init__(self, model, targets: TeacherTargets, metric: str, weight: float) -> None:
         from sentence_transformers.sentence_transformer.losses import EmbedDistillLoss

@@ -37,6 +37,32 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
     chunks, the loss is taken on the cached embeddings, and each chunk is re-embedded with gradients; the
     gradients equal the uncached loss's. `gather` concatenates the embeddings of every rank (with gradients)
     before scoring, so 2 ranks x batch b score like 1 rank x batch 2b.
+
+    Requirements:
+        1. (anchor, positive) pairs, optionally with hard negatives; every text's `text_key` as its label.
+        2. Batches without repeated texts help (`HomogeneousBatchSampler`), but repeats are masked, not wrong.
+
+    Inputs:
+        +------------------------------------------------+------------------------------------------+
+        | Texts                                          | Labels                                   |
+        +================================================+==========================================+
+        | (query, positive) pairs                        | one int64 tensor of text keys per column |
+        +------------------------------------------------+------------------------------------------+
+        | (query, positive, negative_1, ..., negative_n) | one int64 tensor of text keys per column |
+        +------------------------------------------------+------------------------------------------+
+
+    Relations:
+        - sentence-transformers' `MultipleNegativesRankingLoss` (`CachedMultipleNegativesRankingLoss` with
+          `mini_batch_size`) is the same loss without the duplicate mask.
+        - `ScoreDistillation` and `EmbeddingDistillation` (`distill`) add a teacher's term on the same batch.
+        - `with_matryoshka` sums it over truncated embeddings.
+
+    Example:
+        ::
+
+            loss = InfoNCELoss(model, temperature=0.05, mini_batch_size=32)
+            trainer = ContrastiveTrainer(model=model, loss=loss, train_dataset=..., text_keys=..., ...)
+            trainer.train()  # or `neoembed contrastive --recipe contrastive-cpu`
     """
 
     def __init__(

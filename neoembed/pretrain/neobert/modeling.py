@@ -85,12 +85,14 @@ class EncoderBlock(GradientCheckpointingLayer):
     def attention_inputs(self, x, cos, sin):
         """q, k, v of the normed input, q and k rotated. The fused projection is laid out per head:
         [q_h | k_h | v_h] for each head h in turn."""
+        # x: (batch, length, hidden) padded, or (tokens, hidden) unpadded/packed; "..." below is either.
+        # qkv: (..., heads, 3 * head_dim); q, k, v: (..., heads, head_dim) each
         qkv = self.qkv(self.attention_norm(x)).unflatten(-1, (self.num_heads, 3 * self.head_dim))
         q, k, v = qkv.chunk(3, dim=-1)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
     def attention_output_and_ffn(self, x, attended):
-        x = x + self.wo(attended.flatten(-2))
+        x = x + self.wo(attended.flatten(-2))  # attended (..., heads, head_dim) -> (..., hidden)
         return x + self.ffn(self.ffn_norm(x))
 
     def forward(self, x, cos, sin, batch: PaddedBatch | VarlenBatch):
@@ -208,10 +210,10 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
         squeeze = x.dim() == 3
         if squeeze and x.shape[0] != 1:
             raise ValueError(f"packed input must have batch size 1, got shape {tuple(x.shape[:-1])}")
-        x = x.reshape(-1, x.shape[-1])
-        cu_seqlens = cu_seqlens.to(device=x.device, dtype=torch.int32)
+        x = x.reshape(-1, x.shape[-1])  # (tokens, hidden)
+        cu_seqlens = cu_seqlens.to(device=x.device, dtype=torch.int32)  # (sequences + 1,): 0, end of 1st, ...
         if position_ids is None:
-            position_ids = positions_from_cu_seqlens(cu_seqlens)
+            position_ids = positions_from_cu_seqlens(cu_seqlens)  # (tokens,)
         if max_seqlen is None:
             max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
         batch = VarlenBatch(cu_seqlens, max_seqlen, kernel=_varlen_kernel(x))
@@ -254,19 +256,20 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
             return self._run_layers(x, position_ids, batch, output_hidden_states, output_attentions)
 
         if mask is None:
-            mask = torch.ones(batch_size, length, dtype=torch.bool, device=x.device)
-        token_index = mask.flatten().nonzero().squeeze(1)
+            mask = torch.ones(batch_size, length, dtype=torch.bool, device=x.device)  # (batch, length)
+        token_index = mask.flatten().nonzero().squeeze(1)  # (tokens,): real tokens' rows of (batch * length)
         if traced:
             batch = RepaddedBatch(mask, token_index)
         else:
-            seqlens = mask.sum(dim=1, dtype=torch.int32)
-            cu_seqlens = F.pad(seqlens.cumsum(0, dtype=torch.int32), (1, 0))
+            seqlens = mask.sum(dim=1, dtype=torch.int32)  # (batch,)
+            cu_seqlens = F.pad(seqlens.cumsum(0, dtype=torch.int32), (1, 0))  # (batch + 1,)
             batch = VarlenBatch(cu_seqlens, int(seqlens.max()), kernel=_varlen_kernel(x))
-        hidden, all_hidden, _ = self._run_layers(
+        hidden, all_hidden, _ = self._run_layers(  # (tokens, hidden): the linear layers see real tokens only
             x.flatten(0, 1)[token_index], position_ids.flatten()[token_index], batch, output_hidden_states
         )
 
         def repad(states: torch.Tensor) -> torch.Tensor:
+            """(tokens, hidden) -> (batch, length, hidden), zeros at padding."""
             padded = states.new_zeros(batch_size * length, states.shape[-1])
             return padded.index_copy(0, token_index, states).view(batch_size, length, -1)
 
@@ -276,7 +279,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
     def _run_layers(self, x, position_ids, batch, output_hidden_states, output_attentions=False):
         """The layer stack on either layout. Hidden states follow the HF convention: the embedding output
         first, then each layer's output, the last one after the final norm (== last_hidden_state)."""
-        cos, sin = self.rotary(position_ids)
+        cos, sin = self.rotary(position_ids)  # (..., head_dim // 2) each, "..." the layout of position_ids
         cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
         all_hidden = [x] if output_hidden_states else None
         all_attn = [] if output_attentions else None
