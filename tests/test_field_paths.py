@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from neoembed.contrastive import ContrastiveSettings
-from neoembed.evaluation.glue import GlueSettings
+from neoembed.glue import GlueSettings
 from neoembed.pretrain import PretrainSettings
 from neoembed.recipes import field_path, flag
 

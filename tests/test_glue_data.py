@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from neoembed.evaluation.glue import GlueError, GlueSettings, load_settings
-from neoembed.evaluation.glue.data import load_task_data
-from neoembed.evaluation.glue.model import load_glue_model, load_glue_tokenizer
-from neoembed.evaluation.glue.tasks import TASKS
+from neoembed.glue import GlueError, GlueSettings, load_settings
+from neoembed.glue.data import load_task_data
+from neoembed.glue.model import load_glue_model, load_glue_tokenizer
+from neoembed.glue.tasks import TASKS
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "glue.yaml"
 

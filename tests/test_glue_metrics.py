@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from neoembed.evaluation.glue.metrics import compute_metrics
-from neoembed.evaluation.glue.tasks import TASKS, GlueError, select_tasks
+from neoembed.glue.metrics import compute_metrics
+from neoembed.glue.tasks import TASKS, GlueError, select_tasks
 
 
 def test_matthews_correlation_by_hand():

@@ -12,11 +12,11 @@ import torch
 from typer.testing import CliRunner
 
 from neoembed.cli import app
-from neoembed.evaluation.glue import GlueError, load_settings, run_glue, select_tasks
-from neoembed.evaluation.glue.metrics import compute_metrics
-from neoembed.evaluation.glue.model import load_glue_model
-from neoembed.evaluation.glue.synthetic import write_synthetic
-from neoembed.evaluation.glue.tasks import TASKS
+from neoembed.glue import GlueError, load_settings, run_glue, select_tasks
+from neoembed.glue.metrics import compute_metrics
+from neoembed.glue.model import load_glue_model
+from neoembed.glue.synthetic import write_synthetic
+from neoembed.glue.tasks import TASKS
 
 QUICK = {
     "train.max_epochs": 1,

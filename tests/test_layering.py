@@ -39,7 +39,7 @@ def read_layers() -> list[set[str]]:
 
 # Units from the bottom layer up; a unit may import units on lower layers only.
 LAYERS = read_layers()
-FACE_SUBPACKAGES = ("neoembed.pretrain.neobert", "neoembed.evaluation.glue")
+FACE_SUBPACKAGES = ("neoembed.pretrain.neobert",)
 MODELING_FILES = ("config.py", "modeling.py", "attention.py", "rope.py")
 
 

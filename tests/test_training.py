@@ -51,8 +51,8 @@ SHARED = {
 def test_the_three_trainers_speak_one_vocabulary_mapped_once(tmp_path, cpu_bf16):
     from neoembed.contrastive.settings import ContrastiveSettings
     from neoembed.contrastive.train import training_arguments as contrastive_arguments
-    from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters
-    from neoembed.evaluation.glue.train import training_arguments as glue_arguments
+    from neoembed.glue.settings import GlueSettings, Hyperparameters
+    from neoembed.glue.train import training_arguments as glue_arguments
     from neoembed.pretrain.settings import PretrainSettings
     from neoembed.training import trainer_arguments
 

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from neoembed.cli.options import Flag, recipe_options
-from neoembed.evaluation.glue import GlueSettings
+from neoembed.glue import GlueSettings
 from neoembed.recipes import split_commas
 
 console = Console()
@@ -71,7 +71,7 @@ def glue(
 
     Any recipe field can also be set as `--field value` or `--section.field value` (e.g. --optim.betas
     "[0.9, 0.98]" --grid.lr "[1e-5, 2e-5]"); the flags above are shortcuts for the common ones."""
-    from neoembed.evaluation.glue import run_glue, select_tasks, write_report
+    from neoembed.glue import run_glue, select_tasks, write_report
     from neoembed.recipes import dump_recipe
 
     tasks = select_tasks(split_commas(task or []), settings.tasks)

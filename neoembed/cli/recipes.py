@@ -14,7 +14,7 @@ from rich.text import Text
 from neoembed.cli.recipe_fields import differences, recipe_values
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
-from neoembed.evaluation.glue import GlueSettings
+from neoembed.glue import GlueSettings
 from neoembed.packaged import recipe_names, recipe_summary, resolve_recipe
 from neoembed.pretrain import PretrainSettings
 

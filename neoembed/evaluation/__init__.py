@@ -1,6 +1,6 @@
-"""Evaluation: the uniform MTEB harness (the modules here) and the GLUE fine-tuning harness (`glue/`).
+"""Evaluation: the uniform MTEB harness. (GLUE, which fine-tunes, is a job of its own: `neoembed.glue`.)
 
-MTEB: `models` loads any embedder under one protocol, `model_meta` reads the mteb ModelMeta an export
+`models` loads any embedder under one protocol, `model_meta` reads the mteb ModelMeta an export
 carries, `local_tasks` builds offline WordNet and FOLDOC tasks (from `wordnet_sets`, which needs no mteb), `tasks` selects tasks, `runner` runs them
 resumably, `significance` tests paired differences between models, `summary` aggregates the results, and
 `benchmark_texts` collects a benchmark's evaluation texts for the data build's leakage guard. mteb is

@@ -1,6 +1,6 @@
 """What every neoembed trainer shares: the training vocabulary (`optim.*`, `train.*`), its one mapping to the
 Trainer's arguments, the metrics log with its NaN stop, run directories that record their recipe, and
-checkpoints that resume exactly. `pretrain`, `contrastive` and `evaluation.glue` build on it."""
+checkpoints that resume exactly. `pretrain`, `contrastive` and `glue` build on it."""
 
 from typing import TYPE_CHECKING
 

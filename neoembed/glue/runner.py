@@ -20,11 +20,11 @@ from pathlib import Path
 
 from transformers import set_seed
 
-from neoembed.evaluation.glue.data import load_task_data, tokenize
-from neoembed.evaluation.glue.model import load_glue_model, load_glue_tokenizer
-from neoembed.evaluation.glue.settings import GlueSettings
-from neoembed.evaluation.glue.tasks import GlueError, GlueTask
-from neoembed.evaluation.glue.train import fine_tune
+from neoembed.glue.data import load_task_data, tokenize
+from neoembed.glue.model import load_glue_model, load_glue_tokenizer
+from neoembed.glue.settings import GlueSettings
+from neoembed.glue.tasks import GlueError, GlueTask
+from neoembed.glue.train import fine_tune
 from neoembed.run_files import append_jsonl, write_json
 from neoembed.training import compile_for_training, configure_process
 

@@ -8,7 +8,7 @@ does not fit the task (an MNLI checkpoint reused for RTE) is re-initialised; the
 from __future__ import annotations
 
 from neoembed.embedder import resolve_model_name
-from neoembed.evaluation.glue.tasks import GlueError, GlueTask
+from neoembed.glue.tasks import GlueError, GlueTask
 
 
 def load_glue_tokenizer(model: str, tokenizer: str | None = None):

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from neoembed.evaluation.glue.tasks import GlueTask
+from neoembed.glue.tasks import GlueTask
 
 
 def _correlation(fn, predictions: np.ndarray, labels: np.ndarray) -> float:

@@ -2,7 +2,7 @@
 
 Each row's label is carried by a cue word in the last text column (a class's word; for STS-B a word per
 score band: "bad" 0-1, "maybe" 2-3, "good" 4-5), surrounded by random filler words; a model that learns the cue beats the majority / constant
-baseline. Run `python -m neoembed.evaluation.glue.synthetic DIR [TASK ...]` to write DIR/<task>/*.tsv.
+baseline. Run `python -m neoembed.glue.synthetic DIR [TASK ...]` to write DIR/<task>/*.tsv.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 import sys
 from pathlib import Path
 
-from neoembed.evaluation.glue.tasks import TASKS, GlueTask, get_task
+from neoembed.glue.tasks import TASKS, GlueTask, get_task
 
 _FILLER = [
     "the",
@@ -77,6 +77,6 @@ def write_synthetic(
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m neoembed.evaluation.glue.synthetic DIR [TASK ...]")
+        sys.exit("usage: python -m neoembed.glue.synthetic DIR [TASK ...]")
     for path in write_synthetic(Path(sys.argv[1]), sys.argv[2:] or None):
         print(path)

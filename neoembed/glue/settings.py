@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from neoembed.evaluation.glue.tasks import PAPER_TASKS, GlueError, get_task
+from neoembed.glue.tasks import PAPER_TASKS, GlueError, get_task
 from neoembed.recipes import RecipeError, StrictSettings, load_recipe
 from neoembed.training import OptimSettings, RunSettings, TrainingPrecision
 

@@ -6,9 +6,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoembed.evaluation.glue.metrics import compute_metrics
-from neoembed.evaluation.glue.settings import GlueSettings, Hyperparameters
-from neoembed.evaluation.glue.tasks import GlueTask
+from neoembed.glue.metrics import compute_metrics
+from neoembed.glue.settings import GlueSettings, Hyperparameters
+from neoembed.glue.tasks import GlueTask
 from neoembed.run_files import METRICS_FILE
 from neoembed.training import MetricsLog, trainer_arguments
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from neoembed.evaluation.glue.runner import TaskResult
+from neoembed.glue.runner import TaskResult
 
 _SHORT = {
     "accuracy": "acc",

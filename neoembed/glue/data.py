@@ -12,7 +12,7 @@ import csv
 import math
 from pathlib import Path
 
-from neoembed.evaluation.glue.tasks import GlueError, GlueTask
+from neoembed.glue.tasks import GlueError, GlueTask
 
 HUB_ID = "nyu-mll/glue"
 LABEL = "label"
