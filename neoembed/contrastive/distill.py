@@ -235,11 +235,7 @@ class EmbeddingDistillation(nn.Module):
         2. `InfoNCELoss` around it, which hands it each column's embeddings and keys.
 
     Inputs:
-        +--------------------------------------------+---------------------------------------------+
-        | Texts                                      | Labels                                      |
-        +============================================+=============================================+
-        | (query, positive[, negatives]), as InfoNCE | the text keys of each column, as InfoNCE    |
-        +--------------------------------------------+---------------------------------------------+
+        As `ScoreDistillation`: the texts and the text keys of each column, as `InfoNCELoss` takes them.
 
     Relations:
         - sentence-transformers' `EmbedDistillLoss` is the comparison; this reads the teacher's embeddings

@@ -47,16 +47,15 @@ from neoembed.run_files import METRICS_FILE, append_jsonl
 from neoembed.training import (
     Launch,
     MetricsLog,
+    Prepared,
     TimeBudget,
     compile_for_training,
-    configure_process,
     larger_batches,
     last_complete_checkpoint,
     open_run,
     plan_launch,
     recorded_recipe,
-    run_lock,
-    train_or_restore,
+    run_job,
     trainer_arguments,
     world_size,
     write_curves,
@@ -173,7 +172,6 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     recipe, output_dir = settings, Path(settings.train.output_dir)
     settings = on_this_launch(settings, output_dir)
     train = settings.train
-    configure_process(train)  # threads, and the seed the initial weights depend on
     sources = load_training_sources(
         settings.data.path, settings.data.sources, settings.data.max_negatives, settings.data.max_rows
     )
@@ -311,60 +309,70 @@ def recorded_before(settings: ContrastiveSettings) -> dict:
 
 def run_contrastive(settings: ContrastiveSettings) -> ContrastiveResult:
     """Train per `settings` (resuming from the newest complete checkpoint), export, and return the steps, each
-    held-out set's scores before and after training, and the export (also written as summary.json). One
-    launch writes a run directory at a time (`training.run_lock`)."""
-    with run_lock(Path(settings.train.output_dir)):
-        return _fine_tune(settings)
+    held-out set's scores before and after training, and the export (also written as summary.json). The steps
+    every trainer shares are `training.run_job`'s; `ContrastiveJob` fills in the rest."""
+    return run_job(ContrastiveJob(settings), settings.train, Path(settings.train.output_dir))
 
 
-def _fine_tune(settings: ContrastiveSettings) -> ContrastiveResult:
-    trainer = build_trainer(settings)
-    model, sources = trainer.model, trainer.train_dataset
-    output_dir = Path(settings.train.output_dir)
-    resume = last_complete_checkpoint(output_dir)
-    dims = scored_dims(settings, model)
-    before = after = None
-    if trainer.evaluator is not None:
-        before = set_scores(
-            evaluate(trainer) if resume is None else recorded_before(settings), settings.eval, dims
+class ContrastiveJob:
+    """Contrastive fine-tuning as a `training.Job`: the trainer and the held-out scores before training, then
+    the WiSE-FT weight, the scores after and the export."""
+
+    def __init__(self, settings: ContrastiveSettings) -> None:
+        self.settings = settings
+
+    def prepare(self) -> Prepared:
+        settings = self.settings
+        trainer = build_trainer(settings)
+        resume = last_complete_checkpoint(Path(settings.train.output_dir))
+        self.dims = scored_dims(settings, trainer.model)
+        self.before = None
+        if trainer.evaluator is not None:
+            before = evaluate(trainer) if resume is None else recorded_before(settings)
+            self.before = set_scores(before, settings.eval, self.dims)
+        return Prepared(trainer, resume)
+
+    def finish(self, prepared: Prepared) -> ContrastiveResult:
+        settings, trainer, before, dims = self.settings, prepared.trainer, self.before, self.dims
+        model, sources = trainer.model, trainer.train_dataset
+        output_dir = Path(settings.train.output_dir)
+        after = None
+        note, base_weight, choice = None, settings.export.base_weight, None
+        if base_weight:  # before the last evaluation, so it scores the weights exported
+            base = settings.model
+            mix = WeightMix(model, base.base, base.pooling, base.max_length, base.trust_remote_code)
+            if base_weight == "auto":
+                choice = choose_base_weight(
+                    mix,
+                    trainer.selection,
+                    settings.export.base_weights,
+                    settings.data.prompts,
+                    settings.eval.batch_size,
+                    log=lambda point: log_line(trainer, {"selection": point}),
+                )
+                base_weight = choice.base_weight
+            mix.apply(base_weight)
+            note = {"base_weight": base_weight}
+        if trainer.evaluator is not None:
+            after = set_scores(evaluate(trainer, note), settings.eval, dims)
+        result = ContrastiveResult(
+            trainer.state.global_step,
+            before or None,
+            after or {},
+            base_weight=base_weight,
+            selection=choice.curve if choice else None,
         )
-    train_or_restore(trainer, resume)
-    note, base_weight, choice = None, settings.export.base_weight, None
-    if base_weight:  # before the last evaluation, so it scores the weights exported
-        base = settings.model
-        mix = WeightMix(model, base.base, base.pooling, base.max_length, base.trust_remote_code)
-        if base_weight == "auto":
-            choice = choose_base_weight(
-                mix,
-                trainer.selection,
-                settings.export.base_weights,
-                settings.data.prompts,
-                settings.eval.batch_size,
-                log=lambda point: log_line(trainer, {"selection": point}),
+        if trainer.is_world_process_zero():
+            export_path = Path(settings.export.path or output_dir / "neobert-embed")
+            heldout = describe_sets(settings.eval, trainer.evaluator)
+            facts = training_facts(settings, model, sources, result.steps, before, after, heldout)
+            facts.base_weight, facts.selection = result.base_weight, result.selection
+            named = prompts.named_prompts(settings.data.prompts, sources)
+            facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
+                model, settings.export.max_seq_length
             )
-            base_weight = choice.base_weight
-        mix.apply(base_weight)
-        note = {"base_weight": base_weight}
-    if trainer.evaluator is not None:
-        after = set_scores(evaluate(trainer, note), settings.eval, dims)
-    result = ContrastiveResult(
-        trainer.state.global_step,
-        before or None,
-        after or {},
-        base_weight=base_weight,
-        selection=choice.curve if choice else None,
-    )
-    if trainer.is_world_process_zero():
-        export_path = Path(settings.export.path or output_dir / "neobert-embed")
-        heldout = describe_sets(settings.eval, trainer.evaluator)
-        facts = training_facts(settings, model, sources, result.steps, before, after, heldout)
-        facts.base_weight, facts.selection = result.base_weight, result.selection
-        named = prompts.named_prompts(settings.data.prompts, sources)
-        facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
-            model, settings.export.max_seq_length
-        )
-        export_model(model, export_path, facts, named)
-        result.export = str(export_path)
-        result.write(output_dir / "summary.json")
-        write_curves(output_dir)  # again: the final evaluation may have logged after training ended
-    return result
+            export_model(model, export_path, facts, named)
+            result.export = str(export_path)
+            result.write(output_dir / "summary.json")
+            write_curves(output_dir)  # again: the final evaluation may have logged after training ended
+        return result

@@ -18,15 +18,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from transformers import set_seed
-
 from neoembed.glue.data import load_task_data, tokenize
-from neoembed.glue.model import load_glue_model, load_glue_tokenizer
+from neoembed.glue.model import load_glue_tokenizer
 from neoembed.glue.settings import GlueSettings
 from neoembed.glue.tasks import GlueError, GlueTask
 from neoembed.glue.train import fine_tune
 from neoembed.run_files import append_jsonl, write_json
-from neoembed.training import compile_for_training, configure_process
+from neoembed.training import configure_process
 
 TRANSFER_SOURCE = "mnli"
 
@@ -120,10 +118,8 @@ def run_task(
         log(f"{step}: fine-tuning from {init}")
         run_dir = task_dir / hp.slug
         shutil.rmtree(run_dir, ignore_errors=True)  # a run interrupted before its result.json
-        set_seed(settings.train.seed)  # the new head's initial weights: the same whether run fresh or resumed
-        model = load_glue_model(init, task)
-        compile_for_training(model, settings.train)
-        run = fine_tune(model, tokenizer, task, encoded, hp, settings, run_dir)
+        # seeded before the model loads (run_job): the new head's weights are the same fresh or resumed
+        run = fine_tune(init, tokenizer, task, encoded, hp, settings, run_dir)
         result = {**identity, "task": task.name, "hyperparameters": asdict(hp), **asdict(run)}
         if best is None or run.score > best["score"]:
             best = result

@@ -34,16 +34,15 @@ from neoembed.run_files import METRICS_FILE
 from neoembed.training import (
     Launch,
     MetricsLog,
+    Prepared,
     check_resume_compatible,
     compile_for_training,
-    configure_process,
     last_complete_checkpoint,
     more_accumulation,
     open_run,
     plan_launch,
-    run_lock,
+    run_job,
     save_final,
-    train_or_restore,
     trainer_arguments,
     world_size,
 )
@@ -151,100 +150,112 @@ def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
 
 def run_pretraining(settings: PretrainSettings) -> Path:
     """Train per `settings`, resuming from the newest checkpoint in the output directory; return the final
-    Hugging Face directory (config.json, model.safetensors, tokenizer). One launch writes a run directory at a
-    time (`training.run_lock`)."""
-    with run_lock(Path(settings.train.output_dir)):
-        return _pretrain(settings)
+    Hugging Face directory (config.json, model.safetensors, tokenizer). The steps every trainer shares are
+    `training.run_job`'s; `PretrainJob` fills in the data, the model and the save."""
+    return run_job(PretrainJob(settings), settings.train, Path(settings.train.output_dir))
 
 
-def _pretrain(settings: PretrainSettings) -> Path:
-    from accelerate import PartialState
+class PretrainJob:
+    """MLM pretraining as a `training.Job`."""
 
-    train = settings.train
-    configure_process(train)  # threads, and the seed the initial weights depend on
-    output_dir = Path(train.output_dir)
-    state = PartialState()  # under torchrun/deepspeed: one process per device
-    data = settings.data
-    packed = data.mode == "packed"
-    truncate = None if packed else data.max_length
-    tokenizer = load_tokenizer(settings.model.tokenizer)
-    # The main process checks and writes the run directory and fills the datasets cache first; the other ranks
-    # then only read (the recipe record, the complete checkpoints, the cached tokenisation).
-    with state.main_process_first():
-        if state.is_main_process:
-            resume_from = open_run(settings, output_dir)
-        train_docs, heldout_docs = load_corpus(settings.corpus)
-        train_tokens = tokenize_documents(train_docs, tokenizer, truncate_to=truncate)
-        heldout_tokens = (
-            tokenize_documents(heldout_docs, tokenizer, truncate_to=truncate) if len(heldout_docs) else None
+    def __init__(self, settings: PretrainSettings) -> None:
+        self.settings = settings
+        self.output_dir = Path(settings.train.output_dir)
+
+    def prepare(self) -> Prepared:
+        from accelerate import PartialState
+
+        settings, output_dir = self.settings, self.output_dir
+        train = settings.train
+        state = PartialState()  # under torchrun/deepspeed: one process per device
+        data = settings.data
+        packed = data.mode == "packed"
+        truncate = None if packed else data.max_length
+        self.tokenizer = tokenizer = load_tokenizer(settings.model.tokenizer)
+        # The main process checks and writes the run directory and fills the datasets cache first; the other
+        # ranks then only read (the recipe record, the complete checkpoints, the cached tokenisation).
+        with state.main_process_first():
+            if state.is_main_process:
+                resume_from = open_run(settings, output_dir)
+            train_docs, heldout_docs = load_corpus(settings.corpus)
+            train_tokens = tokenize_documents(train_docs, tokenizer, truncate_to=truncate)
+            heldout_tokens = (
+                tokenize_documents(heldout_docs, tokenizer, truncate_to=truncate)
+                if len(heldout_docs)
+                else None
+            )
+            if not state.is_main_process:
+                check_resume_compatible(settings, output_dir)
+                resume_from = last_complete_checkpoint(output_dir)
+        launch = plan_launch(
+            output_dir,
+            Launch(world_size(), data.batch_size, train.grad_accum),
+            resuming=resume_from is not None,
+            elastic=train.elastic,
+            zero=train.deepspeed is not None,
+            resize=more_accumulation,
         )
-        if not state.is_main_process:
-            check_resume_compatible(settings, output_dir)
-            resume_from = last_complete_checkpoint(output_dir)
-    launch = plan_launch(
-        output_dir,
-        Launch(world_size(), data.batch_size, train.grad_accum),
-        resuming=resume_from is not None,
-        elastic=train.elastic,
-        zero=train.deepspeed is not None,
-        resize=more_accumulation,
-    )
-    common = dict(
-        max_length=data.max_length,
-        packed=packed,
-        batch_size=data.batch_size,
-        mask_rate=data.mask_rate,
-        mask_mode=data.mask_mode,
-        tokenizer=tokenizer,
-    )
-    train_batches = MLMBatches(
-        train_tokens,
-        num_items=train.max_steps * launch.grad_accum * launch.world_size,
-        seed=train.seed,
-        length_buckets=[(b.min_tokens, b.probability) for b in data.length_buckets],
-        **common,
-    )
-    eval_batches = None
-    if heldout_tokens is not None:
-        eval_batches = MLMBatches(
-            heldout_tokens,
-            num_items=train.eval_batches,
-            seed=train.seed + 1,
+        common = dict(
+            max_length=data.max_length,
+            packed=packed,
+            batch_size=data.batch_size,
+            mask_rate=data.mask_rate,
+            mask_mode=data.mask_mode,
+            tokenizer=tokenizer,
+        )
+        train_batches = MLMBatches(
+            train_tokens,
+            num_items=train.max_steps * launch.grad_accum * launch.world_size,
+            seed=train.seed,
+            length_buckets=[(b.min_tokens, b.probability) for b in data.length_buckets],
             **common,
         )
+        eval_batches = None
+        if heldout_tokens is not None:
+            eval_batches = MLMBatches(
+                heldout_tokens,
+                num_items=train.eval_batches,
+                seed=train.seed + 1,
+                **common,
+            )
 
-    model = build_model(settings, tokenizer)
-    compiled = compile_for_training(model, train)
-    precision = resolve_precision(train.precision)
-    args = trainer_arguments(
-        train,
-        settings.optim,
-        per_device_train_batch_size=1,  # each dataset item already is a micro-batch
-        per_device_eval_batch_size=1,
-        gradient_accumulation_steps=launch.grad_accum,
-        train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
-        gradient_checkpointing=settings.model.gradient_checkpointing,
-        eval_strategy="steps" if eval_batches is not None else "no",
-        prediction_loss_only=True,
-        remove_unused_columns=False,
-    )
-    trainer = PretrainTrainer(
-        model=model,
-        args=args,
-        train_dataset=train_batches,
-        eval_dataset=eval_batches,
-        data_collator=unwrap_single,
-        settings=settings,
-        compiled=compiled,
-        peak=device_peak_flops(train.peak_tflops, half_precision=precision.train_bf16),
-        callbacks=[MetricsLog(output_dir / METRICS_FILE)],
-    )
-    model.config.sparse_prediction = True  # logits for masked tokens only: same loss, a fifth of the decoder
-    train_or_restore(trainer, resume_from)
-    model.config.sparse_prediction = False  # a training setting: users of the saved model get full logits
-    final_dir = output_dir / "final"
-    save_final(trainer, str(final_dir))
-    if trainer.is_world_process_zero():
-        tokenizer.model_max_length = model.config.max_length
-        tokenizer.save_pretrained(final_dir)
-    return final_dir
+        self.model = model = build_model(settings, tokenizer)
+        compiled = compile_for_training(model, train)
+        precision = resolve_precision(train.precision)
+        args = trainer_arguments(
+            train,
+            settings.optim,
+            per_device_train_batch_size=1,  # each dataset item already is a micro-batch
+            per_device_eval_batch_size=1,
+            gradient_accumulation_steps=launch.grad_accum,
+            train_sampling_strategy="sequential",  # MLMBatches decides the order (seeded, resumable)
+            gradient_checkpointing=settings.model.gradient_checkpointing,
+            eval_strategy="steps" if eval_batches is not None else "no",
+            prediction_loss_only=True,
+            remove_unused_columns=False,
+        )
+        trainer = PretrainTrainer(
+            model=model,
+            args=args,
+            train_dataset=train_batches,
+            eval_dataset=eval_batches,
+            data_collator=unwrap_single,
+            settings=settings,
+            compiled=compiled,
+            peak=device_peak_flops(train.peak_tflops, half_precision=precision.train_bf16),
+            callbacks=[MetricsLog(output_dir / METRICS_FILE)],
+        )
+        model.config.sparse_prediction = (
+            True  # logits for masked tokens only: same loss, a fifth of the decoder
+        )
+        return Prepared(trainer, resume_from)
+
+    def finish(self, prepared: Prepared) -> Path:
+        trainer, model, tokenizer = prepared.trainer, self.model, self.tokenizer
+        model.config.sparse_prediction = False  # a training setting: users of the saved model get full logits
+        final_dir = self.output_dir / "final"
+        save_final(trainer, str(final_dir))
+        if trainer.is_world_process_zero():
+            tokenizer.model_max_length = model.config.max_length
+            tokenizer.save_pretrained(final_dir)
+        return final_dir

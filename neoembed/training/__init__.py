@@ -31,6 +31,11 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         read_curves as read_curves,
         write_curves as write_curves,
     )
+    from .job import (
+        Job as Job,
+        Prepared as Prepared,
+        run_job as run_job,
+    )
     from .launch import (
         Launch as Launch,
         larger_batches as larger_batches,
