@@ -88,6 +88,11 @@ def worker(base: str, out: str) -> None:
 
         save_file({f"{v}/{k}": t.reshape(-1) for v, r in results.items() for k, t in r.items()}, out)
     release_process_group()  # both ranks leave together: a rank whose peer has gone can abort at exit
+    # Even so, a rank still aborts now and then in the interpreter's teardown ("terminate called without an
+    # active exception", seen once in a full run on 2 busy cores) after its work is saved: skip the teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def test_two_gloo_ranks_give_the_loss_and_gradients_of_one_process_with_twice_the_batch(
