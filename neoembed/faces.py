@@ -19,27 +19,41 @@ from pathlib import Path
 import lazy_loader
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    """`TYPE_CHECKING` or `typing.TYPE_CHECKING`."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def type_checking_block(init_file: str | Path) -> ast.If:
+    """The one `if TYPE_CHECKING:` block of a package's `__init__.py`, where a face declares its names."""
+    tree = ast.parse(Path(init_file).read_text(encoding="utf-8"))
+    blocks = [node for node in tree.body if isinstance(node, ast.If) and _is_type_checking(node.test)]
+    if len(blocks) != 1 or blocks[0].orelse:
+        raise ValueError(f"{init_file}: a face declares its public names in one `if TYPE_CHECKING:` block")
+    return blocks[0]
+
+
 def face_imports(init_file: str | Path) -> tuple[list[str], dict[str, list[str]]]:
     """The submodules (`from . import module as module`) and the names per module (`from .module import
-    name as name`) of the `if TYPE_CHECKING:` block of a package's `__init__.py`."""
-    tree = ast.parse(Path(init_file).read_text())
-    blocks = [
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-    ]
-    if len(blocks) != 1:
-        raise ValueError(f"{init_file}: a face declares its public names in one `if TYPE_CHECKING:` block")
+    name as name`) of the `if TYPE_CHECKING:` block of a package's `__init__.py`. Each name is re-exported
+    under its own name (lazy_loader serves it by that name), never `*`."""
     submodules, names = [], {}
-    for node in blocks[0].body:
-        if not isinstance(node, ast.ImportFrom) or node.level != 1:
+    for node in type_checking_block(init_file).body:
+        aliases = getattr(node, "names", [])
+        if (
+            not isinstance(node, ast.ImportFrom)
+            or node.level != 1
+            or any(alias.name == "*" or alias.asname != alias.name for alias in aliases)
+        ):
             raise ValueError(
                 f"{init_file}:{node.lineno}: only `from .module import name as name` belongs here"
             )
         if node.module is None:
-            submodules += [alias.name for alias in node.names]
+            submodules += [alias.name for alias in aliases]
         else:
-            names.setdefault(node.module, []).extend(alias.name for alias in node.names)
+            names.setdefault(node.module, []).extend(alias.name for alias in aliases)
     return submodules, names
 
 

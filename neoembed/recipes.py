@@ -179,6 +179,12 @@ def flag(settings: type[S], select: Callable[[S], object]) -> str:
     return "--" + field_path(settings, select)
 
 
+def override_args(settings: type[S], *fields: tuple[Callable[[S], object], object]) -> list:
+    """Command-line overrides of several fields: `override_args(PretrainSettings, (lambda r: r.train.seed, 3))`
+    is `["--train.seed", 3]` (see `flag`)."""
+    return [arg for select, value in fields for arg in (flag(settings, select), value)]
+
+
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
     """The top-level mapping of a YAML file, or a RecipeError naming the file."""
     try:

@@ -153,6 +153,7 @@ WRITERS = {
         lambda d, c: ["mteb-eval", "-m", "bm25", "-t", "WordNetDefinitionRetrieval", "-o", d],
     ),
     "export onnx": ("export", lambda d, c: ["export", "onnx", "minilm", d]),
+    "glue": ("glue", lambda d, c: ["glue", "--model", "minilm", "--task", "rte", "-o", d]),
 }
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.glue import GlueSettings
 from neoembed.pretrain import PretrainSettings
-from neoembed.recipes import field_path, flag
+from neoembed.recipes import field_path, flag, override_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = (PretrainSettings, ContrastiveSettings, GlueSettings)
@@ -103,6 +103,8 @@ def test_every_field_the_text_names_exists():
 def test_code_names_a_field_through_the_settings():
     assert field_path(ContrastiveSettings, lambda s: s.loss.distill.teacher) == "loss.distill.teacher"
     assert flag(PretrainSettings, lambda s: s.train.output_dir) == "--train.output_dir"
+    pairs = (lambda r: r.train.seed, 3), (lambda r: r.optim.lr, 1e-4)
+    assert override_args(ContrastiveSettings, *pairs) == ["--train.seed", 3, "--optim.lr", 1e-4]
     with pytest.raises(AttributeError, match="train has no field 'outptu_dir' \\(did you mean: output_dir"):
         field_path(ContrastiveSettings, lambda s: s.train.outptu_dir)
     with pytest.raises(AttributeError, match="train.seed has no field"):

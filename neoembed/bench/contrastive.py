@@ -65,15 +65,15 @@ BENCH_FIELDS = tuple(
     map(
         _field,
         (
-            lambda s: s.data.path,
-            lambda s: s.model.base,
-            lambda s: s.train.output_dir,
-            lambda s: s.train.max_minutes,
-            lambda s: s.train.max_steps,
-            lambda s: s.train.seed,
-            lambda s: s.train.precision,
-            lambda s: s.train.threads,
-            lambda s: s.export.path,
+            lambda r: r.data.path,
+            lambda r: r.model.base,
+            lambda r: r.train.output_dir,
+            lambda r: r.train.max_minutes,
+            lambda r: r.train.max_steps,
+            lambda r: r.train.seed,
+            lambda r: r.train.precision,
+            lambda r: r.train.threads,
+            lambda r: r.export.path,
         ),
     )
 )
@@ -212,20 +212,18 @@ def neoembed_settings(
             param="--set",
         )
     shared = {
-        _field(lambda s: s.data.path): str(data),
-        _field(lambda s: s.model.base): base,
-        _field(lambda s: s.train.output_dir): str(run_dir),
-        _field(lambda s: s.train.seed): budget.seed,
-        _field(lambda s: s.train.precision): budget.precision,
-        _field(lambda s: s.train.threads): threads,
-        _field(lambda s: s.export.path): str(run_dir / f"{run_dir.name}-model"),
+        _field(lambda r: r.data.path): str(data),
+        _field(lambda r: r.model.base): base,
+        _field(lambda r: r.train.output_dir): str(run_dir),
+        _field(lambda r: r.train.seed): budget.seed,
+        _field(lambda r: r.train.precision): budget.precision,
+        _field(lambda r: r.train.threads): threads,
+        _field(lambda r: r.export.path): str(run_dir / f"{run_dir.name}-model"),
     }
     if budget.steps:
-        shared[_field(lambda s: s.train.max_steps)] = budget.steps
-    if budget.minutes:
-        shared[_field(lambda s: s.train.max_minutes)] = (
-            budget.minutes
-        )  # within the recipe's schedule of steps
+        shared[_field(lambda r: r.train.max_steps)] = budget.steps
+    if budget.minutes:  # within the recipe's schedule of steps
+        shared[_field(lambda r: r.train.max_minutes)] = budget.minutes
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
 
 
@@ -377,7 +375,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
 def shipped(recipe: Path, overrides: dict, data: Path):
     """The recipe's settings with the user's overrides (its steps and training length, which the baseline
     shares)."""
-    return load_recipe(recipe, ContrastiveSettings, {**overrides, _field(lambda s: s.data.path): str(data)})
+    return load_recipe(recipe, ContrastiveSettings, {**overrides, _field(lambda r: r.data.path): str(data)})
 
 
 class SeedAverages:

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neoembed.contrastive import ContrastiveSettings as C  # the recipe the contrastive stage overrides
-from neoembed.recipes import flag
+from neoembed.contrastive import (
+    ContrastiveSettings as CONTRASTIVE,  # the recipe the contrastive stage overrides
+)
+from neoembed.recipes import override_args
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,14 @@ CUDA = Sizes(
     corpus_max_words=3000,
     deepspeed_steps=20,
     wordnet_rows=50_000,
-    contrastive=(flag(C, lambda s: s.train.max_steps), "100", flag(C, lambda s: s.train.batch_size), "32")
-    + (flag(C, lambda s: s.model.max_length), "256"),
+    contrastive=tuple(
+        override_args(
+            CONTRASTIVE,
+            (lambda r: r.train.max_steps, "100"),
+            (lambda r: r.train.batch_size, "32"),
+            (lambda r: r.model.max_length, "256"),
+        )
+    ),
     serve=(
         "--models",
         "neobert",
@@ -109,8 +117,14 @@ DRY_RUN = Sizes(
     corpus_max_words=60,
     deepspeed_steps=2,
     wordnet_rows=200,
-    contrastive=(flag(C, lambda s: s.train.max_steps), "2", flag(C, lambda s: s.train.batch_size), "4")
-    + (flag(C, lambda s: s.model.max_length), "32"),
+    contrastive=tuple(
+        override_args(
+            CONTRASTIVE,
+            (lambda r: r.train.max_steps, "2"),
+            (lambda r: r.train.batch_size, "4"),
+            (lambda r: r.model.max_length, "32"),
+        )
+    ),
     serve=(
         "--models",
         "neobert",
@@ -245,17 +259,17 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
             "contrastive",
             "neoembed contrastive of the pretrained NeoBERT on the WordNet build",
             contrastive,
-            (
-                "neoembed",
-                "contrastive",
-                "--recipe",
-                "contrastive-cpu",
-                flag(C, lambda s: s.data.path),
-                str(build),
+            ("neoembed", "contrastive", "--recipe", "contrastive-cpu")
+            + tuple(
+                override_args(
+                    CONTRASTIVE,
+                    (lambda r: r.data.path, str(build)),
+                    (lambda r: r.model.base, str(root / "pretrain" / "run" / "final")),
+                    (lambda r: r.loss.gather, "false"),
+                    (lambda r: r.eval.sets, "[wordnet]"),
+                    (lambda r: r.train.output_dir, str(contrastive / "run")),
+                )
             )
-            + (flag(C, lambda s: s.model.base), str(root / "pretrain" / "run" / "final"))
-            + (flag(C, lambda s: s.loss.gather), "false", flag(C, lambda s: s.eval.sets), "[wordnet]")
-            + (flag(C, lambda s: s.train.output_dir), str(contrastive / "run"))
             + s.contrastive,
             needs_files=(build / "stats.json", root / "pretrain" / "run" / "final"),
         ),

@@ -72,10 +72,8 @@ def glue(
     Any recipe field can also be set as `--field value` or `--section.field value` (e.g. --optim.betas
     "[0.9, 0.98]" --grid.lr "[1e-5, 2e-5]"); the flags above are shortcuts for the common ones."""
     from neoembed.glue import run_glue, select_tasks, write_report
-    from neoembed.recipes import dump_recipe
 
     tasks = select_tasks(split_commas(task or []), settings.tasks)
-    dump_recipe(settings, output / "recipe.yaml")
     results = run_glue(
         model,
         tasks,

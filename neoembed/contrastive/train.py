@@ -50,6 +50,7 @@ from neoembed.training import (
     Prepared,
     TimeBudget,
     compile_for_training,
+    configure_process,
     larger_batches,
     last_complete_checkpoint,
     open_run,
@@ -172,6 +173,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     recipe, output_dir = settings, Path(settings.train.output_dir)
     settings = on_this_launch(settings, output_dir)
     train = settings.train
+    configure_process(train)  # as run_job does: callers that build a trainer alone get the recipe's seed too
     sources = load_training_sources(
         settings.data.path, settings.data.sources, settings.data.max_negatives, settings.data.max_rows
     )

@@ -23,7 +23,8 @@ from neoembed.glue.model import load_glue_tokenizer
 from neoembed.glue.settings import GlueSettings
 from neoembed.glue.tasks import GlueError, GlueTask
 from neoembed.glue.train import fine_tune
-from neoembed.run_files import append_jsonl, write_json
+from neoembed.recipes import dump_recipe
+from neoembed.run_files import append_jsonl, one_writer, write_json
 from neoembed.training import configure_process
 
 TRANSFER_SOURCE = "mnli"
@@ -156,7 +157,15 @@ def run_glue(
     log: Callable[[str], None] = print,
 ) -> list[TaskResult]:
     """Every task in turn, MNLI first when others transfer from it. The tokenizer, every task's data and
-    the transfer source are checked before the first run trains, so bad input fails in seconds."""
+    the transfer source are checked before the first run trains, so bad input fails in seconds. One run
+    writes `out_dir` at a time (its recipe.yaml included): a second stops at once, naming the first."""
+    with one_writer(out_dir, "glue", param="--output"):
+        return _run_glue(
+            model, tasks, settings, out_dir, grid, data_dir, tokenizer_name, mnli_checkpoint, log
+        )
+
+
+def _run_glue(model, tasks, settings, out_dir, grid, data_dir, tokenizer_name, mnli_checkpoint, log):
     configure_process(settings.train)
     tasks = order_tasks(tasks, settings)
     tokenizer = load_glue_tokenizer(model, tokenizer_name)
@@ -175,7 +184,7 @@ def run_glue(
             seed=settings.train.seed,
         )
         encoded[task.name] = tokenize(data, task, tokenizer, settings.max_length)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    dump_recipe(settings, out_dir / "recipe.yaml")
     return [
         run_task(
             task,

@@ -245,9 +245,8 @@ class PretrainJob:
             peak=device_peak_flops(train.peak_tflops, half_precision=precision.train_bf16),
             callbacks=[MetricsLog(output_dir / METRICS_FILE)],
         )
-        model.config.sparse_prediction = (
-            True  # logits for masked tokens only: same loss, a fifth of the decoder
-        )
+        # logits for masked tokens only: the same loss, a fifth of the decoder
+        model.config.sparse_prediction = True
         return Prepared(trainer, resume_from)
 
     def finish(self, prepared: Prepared) -> Path:

@@ -34,7 +34,7 @@ from neoembed.pretrain import PretrainSettings
 from neoembed.quickstart.examples import LOAD_SNIPPET, search_queries, write_gloss_corpus
 from neoembed.quickstart.steps import Ran, Step, command_line, printed_lines, run_command, run_steps
 from neoembed.quickstart.summary import format_searches, write_summary
-from neoembed.recipes import StrictSettings, flag
+from neoembed.recipes import StrictSettings, override_args
 
 # The build's sources: the manual pages (technical prose) keep the fine-tuned MiniLM above its base on FOLDOC,
 # which WordNet alone does not in 2 seeds of 3 (docs/benchmarks/quickstart.md, issue 47).
@@ -48,7 +48,10 @@ LOCAL_TASKS = (
     "FOLDOCDefinitionRetrieval",  # a source the training data never came from
 )
 SEARCH_QUERIES = 3  # held-out example sentences searched in the index
-P, C = PretrainSettings, ContrastiveSettings  # the recipes whose fields the steps override (`recipes.flag`)
+PRETRAIN, CONTRASTIVE = (
+    PretrainSettings,
+    ContrastiveSettings,
+)  # the recipes the steps override (`recipes.flag`)
 
 
 @dataclass
@@ -210,17 +213,18 @@ class Quickstart:
 
     def pretrain(self, run_dir: Path) -> Pretrained:
         out = run_dir / "pretrain"
-        args = ["pretrain", "--recipe", "pretrain-cpu", flag(P, lambda s: s.train.output_dir), out]
-        args += [flag(P, lambda s: s.train.threads), self.threads]
-        if self.sizes.pretrain_steps:
-            steps = self.sizes.pretrain_steps
-            args += [flag(P, lambda s: s.train.max_steps), steps, flag(P, lambda s: s.train.log_steps), steps]
-            args += [
-                flag(P, lambda s: s.train.eval_steps),
-                steps,
-                flag(P, lambda s: s.train.save_steps),
-                steps,
-            ]
+        args = ["pretrain", "--recipe", "pretrain-cpu"]
+        args += override_args(
+            PRETRAIN, (lambda r: r.train.output_dir, out), (lambda r: r.train.threads, self.threads)
+        )
+        if steps := self.sizes.pretrain_steps:
+            args += override_args(
+                PRETRAIN,
+                (lambda r: r.train.max_steps, steps),
+                (lambda r: r.train.log_steps, steps),
+                (lambda r: r.train.eval_steps, steps),
+                (lambda r: r.train.save_steps, steps),
+            )
         self._run(args)
         # A stable, readable name for the later steps and the table (the trainer writes <out>/final).
         model = run_dir / "neobert-pretrained"
@@ -232,10 +236,11 @@ class Quickstart:
 
     def fine_tune_neobert(self, run_dir: Path) -> ContrastiveResult:
         base = run_dir / "neobert-pretrained"
-        extra = [flag(C, lambda s: s.optim.lr), self.sizes.neobert_lr]
-        if self.sizes.neobert_teacher:
-            teacher = f"{{teacher: {self.sizes.neobert_teacher}, target: scores}}"
-            extra += [flag(C, lambda s: s.loss.distill), teacher]
+        extra = override_args(CONTRASTIVE, (lambda r: r.optim.lr, self.sizes.neobert_lr))
+        if teacher := self.sizes.neobert_teacher:
+            extra += override_args(
+                CONTRASTIVE, (lambda r: r.loss.distill, f"{{teacher: {teacher}, target: scores}}")
+            )
         sizes = self.sizes
         return self._fine_tune("neobert-embed", base, sizes.neobert_steps, sizes.neobert_batch_size, extra)
 
@@ -248,27 +253,19 @@ class Quickstart:
         save_every = max(1, steps // 2)
         log_every = math.gcd(10, save_every)  # the recipe logs every 10 steps; each save must be a log step
         args = ["contrastive", "--recipe", FINE_TUNE_RECIPE, "--steps", steps]
-        args += [flag(C, lambda s: s.model.base), base, flag(C, lambda s: s.data.path), self.run_dir / "data"]
-        args += [
-            flag(C, lambda s: s.train.output_dir),
-            out,
-            flag(C, lambda s: s.export.path),
-            self.run_dir / name,
-        ]
-        args += [
-            flag(C, lambda s: s.train.threads),
-            self.threads,
-            flag(C, lambda s: s.train.batch_size),
-            batch_size,
-        ]
-        args += [
-            flag(C, lambda s: s.train.save_steps),
-            save_every,
-            flag(C, lambda s: s.train.log_steps),
-            log_every,
-        ]
-        # No held-out scoring inside the run: the evaluate step scores every model on the same sets and more.
-        args += [flag(C, lambda s: s.eval.sets), "[]"]
+        args += override_args(
+            CONTRASTIVE,
+            (lambda r: r.model.base, base),
+            (lambda r: r.data.path, self.run_dir / "data"),
+            (lambda r: r.train.output_dir, out),
+            (lambda r: r.export.path, self.run_dir / name),
+            (lambda r: r.train.threads, self.threads),
+            (lambda r: r.train.batch_size, batch_size),
+            (lambda r: r.train.save_steps, save_every),
+            (lambda r: r.train.log_steps, log_every),
+            # No held-out scoring inside the run: the evaluate step scores every model on the same sets and more.
+            (lambda r: r.eval.sets, "[]"),
+        )
         self._run([*args, *extra])
         return ContrastiveResult.read(out / "summary.json")
 
