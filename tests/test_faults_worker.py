@@ -21,6 +21,7 @@ import pytest
 from test_serve_cli import start, wait_healthy
 from test_serve_load import handed_over
 
+from neoembed.bench.serve_faults import inference_process
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
 from neoembed.serve.backend import HUNG_AFTER_SECONDS
 from neoembed.serve.errors import InvalidInput
@@ -169,30 +170,24 @@ def test_the_character_limit_is_a_setting():
 # --- `neoembed serve` as a process: its log and its exit -------------------------------------------------
 
 
-def worker_pid(server_pid: int) -> int:
-    """The server's inference process: its one child (started by whichever of its threads)."""
-    tasks = Path(f"/proc/{server_pid}/task").iterdir()
-    (child,) = [pid for task in tasks for pid in (task / "children").read_text().split()]
-    return int(child)
-
-
 def new_worker(process: subprocess.Popen, base: str, old: int) -> int:
     def started() -> bool:
         assert process.poll() is None, process.stdout.read()
         try:
-            return worker_pid(process.pid) != old and httpx.get(f"{base}/health").status_code == 200
-        except (ValueError, httpx.TransportError):  # between two processes
+            new = inference_process(process.pid) not in (None, old)  # None: between two processes
+            return new and httpx.get(f"{base}/health").status_code == 200
+        except httpx.TransportError:
             return False
 
     until(started, 60, "no new inference process")
-    return worker_pid(process.pid)
+    return inference_process(process.pid)
 
 
 def test_a_death_is_one_log_line_and_one_too_many_stops_the_server_with_status_1(neobert_embedder):
     process, base = start("--model", str(neobert_embedder), "--max-worker-restarts", "1")
     try:
         wait_healthy(process, base)
-        first = worker_pid(process.pid)
+        first = inference_process(process.pid)
         os.kill(first, signal.SIGKILL)
         os.kill(new_worker(process, base, first), signal.SIGKILL)
         assert process.wait(timeout=60) == 1
@@ -211,7 +206,7 @@ def test_sigterm_exits_within_its_grace_period_while_the_process_is_stopped(neob
     try:
         wait_healthy(process, base)
         with ThreadPoolExecutor(1) as pool:
-            os.kill(worker_pid(process.pid), signal.SIGSTOP)  # killed by the watchdog, not resumed
+            os.kill(inference_process(process.pid), signal.SIGSTOP)  # killed by the watchdog, not resumed
             pending = pool.submit(
                 httpx.post, f"{base}/embed", json={"inputs": TEXTS}, headers=KEY, timeout=120
             )

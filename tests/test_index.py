@@ -104,9 +104,9 @@ def test_corpus_formats_skips_and_metadata(tmp_path):
     assert [d.id for d in docs] == ["7", "a.jsonl:5", "p1", "p2", "c:1", "c:3"]
     assert docs[0].metadata == {"lang": "en"} and docs[3].metadata == {"year": 2021}
     assert store.texts(2, 6)[1:3] == ["para two", "line one"]
-    assert reader.skipped == 2
-    assert reader.first_skipped[0].startswith("a.jsonl:2: invalid JSON")
-    assert reader.first_skipped[1].startswith("a.jsonl:4:") and "'text'" in reader.first_skipped[1]
+    assert reader.skipped.count == 2
+    assert reader.skipped.first[0].startswith("a.jsonl:2: invalid JSON")
+    assert reader.skipped.first[1].startswith("a.jsonl:4:") and "'text'" in reader.skipped.first[1]
     # A directory reads every corpus file inside it, in name order.
     assert [d.id for _, d in CorpusReader([tmp_path])] == [d.id for d in docs]
 
@@ -120,8 +120,8 @@ def test_corpus_streams_into_the_store_in_chunks(tmp_path, monkeypatch):
     lines = [json.dumps({"id": f"d{i}", "text": f"text {i}"}) if i % 5 else "{bad" for i in range(1, 51)]
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
     reader, store, count = _stored([tmp_path / "a.jsonl"], tmp_path)
-    assert count == 40 and reader.skipped == 10 and len(reader.first_skipped) == 3
-    assert reader.first_skipped[2].startswith("a.jsonl:15: invalid JSON")
+    assert count == 40 and reader.skipped.count == 10 and len(reader.skipped.first) == 3
+    assert reader.skipped.first[2].startswith("a.jsonl:15: invalid JSON")
     assert [d.id for batch in store.iter_batches(9) for d in batch] == [
         f"d{i}" for i in range(1, 51) if i % 5
     ]

@@ -10,10 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neoembed.contrastive import (
-    ContrastiveSettings as CONTRASTIVE,  # the recipe the contrastive stage overrides
-)
+from neoembed.contrastive import ContrastiveSettings
 from neoembed.recipes import override_args
+
+
+def contrastive_overrides(max_steps: str, batch_size: str, max_length: str) -> tuple[str, ...]:
+    """The contrastive stage's size overrides of its recipe."""
+    return tuple(
+        override_args(
+            ContrastiveSettings,
+            (lambda r: r.train.max_steps, max_steps),
+            (lambda r: r.train.batch_size, batch_size),
+            (lambda r: r.model.max_length, max_length),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -61,14 +71,7 @@ CUDA = Sizes(
     corpus_max_words=3000,
     deepspeed_steps=20,
     wordnet_rows=50_000,
-    contrastive=tuple(
-        override_args(
-            CONTRASTIVE,
-            (lambda r: r.train.max_steps, "100"),
-            (lambda r: r.train.batch_size, "32"),
-            (lambda r: r.model.max_length, "256"),
-        )
-    ),
+    contrastive=contrastive_overrides(max_steps="100", batch_size="32", max_length="256"),
     serve=(
         "--models",
         "neobert",
@@ -117,14 +120,7 @@ DRY_RUN = Sizes(
     corpus_max_words=60,
     deepspeed_steps=2,
     wordnet_rows=200,
-    contrastive=tuple(
-        override_args(
-            CONTRASTIVE,
-            (lambda r: r.train.max_steps, "2"),
-            (lambda r: r.train.batch_size, "4"),
-            (lambda r: r.model.max_length, "32"),
-        )
-    ),
+    contrastive=contrastive_overrides(max_steps="2", batch_size="4", max_length="32"),
     serve=(
         "--models",
         "neobert",
@@ -262,7 +258,7 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
             ("neoembed", "contrastive", "--recipe", "contrastive-cpu")
             + tuple(
                 override_args(
-                    CONTRASTIVE,
+                    ContrastiveSettings,
                     (lambda r: r.data.path, str(build)),
                     (lambda r: r.model.base, str(root / "pretrain" / "run" / "final")),
                     (lambda r: r.loss.gather, "false"),

@@ -22,12 +22,12 @@ POLL_S = 0.01
 DEADLINE_S = 120.0
 
 
-def inference_process(server: subprocess.Popen) -> int | None:
-    """The server's inference process: its one child (started by whichever of its threads), or None
-    between two of them."""
+def inference_process(server_pid: int) -> int | None:
+    """The inference process of the server `server_pid`: its one child (started by whichever of its threads),
+    or None between two of them."""
     children = [
         int(pid)
-        for task in Path(f"/proc/{server.pid}/task").iterdir()
+        for task in Path(f"/proc/{server_pid}/task").iterdir()
         for pid in (task / "children").read_text().split()
     ]
     return children[0] if len(children) == 1 else None
@@ -51,7 +51,7 @@ def _until_replaced(server: subprocess.Popen, base: str, old: int, latencies: li
             latencies.append(time.perf_counter() - tic)
             if status != 200 and unready is None:
                 unready = time.perf_counter() - started
-            if status == 200 and unready is not None and inference_process(server) not in (None, old):
+            if status == 200 and unready is not None and inference_process(server.pid) not in (None, old):
                 return {"unready_s": unready, "ready_s": time.perf_counter() - started}
             time.sleep(POLL_S)
     raise RuntimeError(f"no new inference process was ready {DEADLINE_S:.0f} s after the fault")
@@ -64,10 +64,10 @@ def fault_round(server: subprocess.Popen, port: int, kills: int = 2) -> dict:
     base, latencies = f"http://127.0.0.1:{port}", []
     restarts = []
     for _ in range(kills):
-        old = inference_process(server)
+        old = inference_process(server.pid)
         os.kill(old, signal.SIGKILL)
         restarts.append(_until_replaced(server, base, old, latencies)["ready_s"])
-    old = inference_process(server)
+    old = inference_process(server.pid)
     os.kill(old, signal.SIGSTOP)
     hang = _until_replaced(server, base, old, latencies)
     return {

@@ -57,11 +57,12 @@ def _report_skips(corpus: CorpusReader, directory: Path) -> None:
             first[0],
         )
         append_log(directory, {"step": "read", "not_utf8": corpus.not_utf8.count, "first_not_utf8": first})
-    if corpus.skipped:
-        shown = "; ".join(corpus.first_skipped[:5])
-        log.warning("skipped %d unreadable rows (first: %s)", corpus.skipped, shown)
+    if corpus.skipped.count:
+        shown = "; ".join(corpus.skipped.first[:5])
+        log.warning("skipped %d unreadable rows (first: %s)", corpus.skipped.count, shown)
         append_log(
-            directory, {"step": "read", "skipped": corpus.skipped, "first_skipped": corpus.first_skipped}
+            directory,
+            {"step": "read", "skipped": corpus.skipped.count, "first_skipped": corpus.skipped.first},
         )
 
 

@@ -27,8 +27,9 @@ SKIPS_KEPT = 20  # skipped rows whose location and reason are kept (all are coun
 
 
 @dataclass
-class NotUtf8:
-    """Rows read with bytes that are not UTF-8 (replaced by U+FFFD): how many, and where the first were."""
+class Tally:
+    """Rows of one kind a pass met (skipped ones, ones with bytes that are not UTF-8): how many, and the
+    first `SKIPS_KEPT` of them as "file:row[: reason]"."""
 
     count: int = 0
     first: list[str] = field(default_factory=list)
@@ -58,7 +59,7 @@ def _row_to_document(row: object, where: str, id_field: str, text_field: str) ->
     return Document(doc_id, text, metadata)
 
 
-def _lines(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, str]]:
+def _lines(path: Path, not_utf8: Tally) -> Iterator[tuple[str, str]]:
     """(location, text) of every line; a line holding bytes that are not UTF-8 is read with U+FFFD in their
     place and counted in `not_utf8`. Read as text (universal newlines), the bytes kept as surrogates until
     checked."""
@@ -73,7 +74,7 @@ def _lines(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, str]]:
             yield where, line
 
 
-def _jsonl_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:
+def _jsonl_rows(path: Path, not_utf8: Tally) -> Iterator[tuple[str, object]]:
     for where, line in _lines(path, not_utf8):
         if line.strip():
             try:
@@ -82,7 +83,7 @@ def _jsonl_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:
                 yield where, ValueError(f"invalid JSON ({err.msg})")
 
 
-def _parquet_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:  # arrow checks UTF-8
+def _parquet_rows(path: Path, not_utf8: Tally) -> Iterator[tuple[str, object]]:  # arrow checks UTF-8
     import pyarrow.parquet as pq
 
     try:
@@ -96,7 +97,7 @@ def _parquet_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]
             yield f"{path.name}:{number}", row
 
 
-def _txt_rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:
+def _txt_rows(path: Path, not_utf8: Tally) -> Iterator[tuple[str, object]]:
     for where, line in _lines(path, not_utf8):
         if line.strip():
             yield where, {"id": f"{path.stem}:{where.rsplit(':', 1)[1]}", "text": line.rstrip("\n")}
@@ -124,7 +125,7 @@ def _files(source: Path) -> list[Path]:
     return [source]
 
 
-def _rows(path: Path, not_utf8: NotUtf8) -> Iterator[tuple[str, object]]:
+def _rows(path: Path, not_utf8: Tally) -> Iterator[tuple[str, object]]:
     readers = {".jsonl": _jsonl_rows, ".parquet": _parquet_rows, ".txt": _txt_rows}
     return readers[path.suffix](path, not_utf8)
 
@@ -141,20 +142,18 @@ class CorpusReader:
     """The documents of `sources` (files, directories of them, or "wordnet"), streamed as (location, Document).
 
     Every file is checked (exists, known format) when the reader is made, before any document is read.
-    Each pass counts the rows it skips in `skipped` and keeps the first `SKIPS_KEPT` as "file:row: reason",
-    and the rows read with bytes that are not UTF-8 (replaced by U+FFFD) in `not_utf8`.
+    Each pass tallies the rows it skips in `skipped` ("file:row: reason") and the rows it read with bytes
+    that are not UTF-8, replaced by U+FFFD, in `not_utf8` ("file:row").
     """
 
     def __init__(self, sources: list[str | Path], *, id_field: str = "id", text_field: str = "text"):
         self.sources = [str(s) for s in sources]
         self.id_field, self.text_field = id_field, text_field
         self._files = {s: [] if s == WORDNET else [_check(p) for p in _files(Path(s))] for s in self.sources}
-        self.skipped = 0
-        self.first_skipped: list[str] = []
-        self.not_utf8: NotUtf8 = []
+        self.skipped, self.not_utf8 = Tally(), Tally()
 
     def __iter__(self) -> Iterator[tuple[str, Document]]:
-        self.skipped, self.first_skipped, self.not_utf8 = 0, [], NotUtf8()
+        self.skipped, self.not_utf8 = Tally(), Tally()
         for source in self.sources:
             if source == WORDNET:
                 yield from ((f"wordnet:{d.id}", d) for d in wordnet_documents())
@@ -166,14 +165,9 @@ class CorpusReader:
                             raise row
                         doc = _row_to_document(row, where, self.id_field, self.text_field)
                     except ValueError as err:
-                        self._skip(f"{where}: {err}")
+                        self.skipped.add(f"{where}: {err}")
                         continue
                     yield where, doc
-
-    def _skip(self, message: str) -> None:
-        self.skipped += 1
-        if len(self.first_skipped) < SKIPS_KEPT:
-            self.first_skipped.append(message)
 
     def chunks(self, size: int) -> Iterator[list[tuple[str, Document]]]:
         rows = iter(self)

@@ -67,7 +67,7 @@ class DocStore:
             count += len(chunk)
         if count == 0:
             raise CorpusError(
-                f"empty corpus: no readable documents in {corpus.describe()} ({corpus.skipped} rows skipped)"
+                f"empty corpus: no readable documents in {corpus.describe()} ({corpus.skipped.count} rows skipped)"
             )
         return count, digest.hexdigest()
 

@@ -48,10 +48,6 @@ LOCAL_TASKS = (
     "FOLDOCDefinitionRetrieval",  # a source the training data never came from
 )
 SEARCH_QUERIES = 3  # held-out example sentences searched in the index
-PRETRAIN, CONTRASTIVE = (
-    PretrainSettings,
-    ContrastiveSettings,
-)  # the recipes the steps override (`recipes.flag`)
 
 
 @dataclass
@@ -215,11 +211,11 @@ class Quickstart:
         out = run_dir / "pretrain"
         args = ["pretrain", "--recipe", "pretrain-cpu"]
         args += override_args(
-            PRETRAIN, (lambda r: r.train.output_dir, out), (lambda r: r.train.threads, self.threads)
+            PretrainSettings, (lambda r: r.train.output_dir, out), (lambda r: r.train.threads, self.threads)
         )
         if steps := self.sizes.pretrain_steps:
             args += override_args(
-                PRETRAIN,
+                PretrainSettings,
                 (lambda r: r.train.max_steps, steps),
                 (lambda r: r.train.log_steps, steps),
                 (lambda r: r.train.eval_steps, steps),
@@ -236,10 +232,10 @@ class Quickstart:
 
     def fine_tune_neobert(self, run_dir: Path) -> ContrastiveResult:
         base = run_dir / "neobert-pretrained"
-        extra = override_args(CONTRASTIVE, (lambda r: r.optim.lr, self.sizes.neobert_lr))
+        extra = override_args(ContrastiveSettings, (lambda r: r.optim.lr, self.sizes.neobert_lr))
         if teacher := self.sizes.neobert_teacher:
             extra += override_args(
-                CONTRASTIVE, (lambda r: r.loss.distill, f"{{teacher: {teacher}, target: scores}}")
+                ContrastiveSettings, (lambda r: r.loss.distill, f"{{teacher: {teacher}, target: scores}}")
             )
         sizes = self.sizes
         return self._fine_tune("neobert-embed", base, sizes.neobert_steps, sizes.neobert_batch_size, extra)
@@ -254,7 +250,7 @@ class Quickstart:
         log_every = math.gcd(10, save_every)  # the recipe logs every 10 steps; each save must be a log step
         args = ["contrastive", "--recipe", FINE_TUNE_RECIPE, "--steps", steps]
         args += override_args(
-            CONTRASTIVE,
+            ContrastiveSettings,
             (lambda r: r.model.base, base),
             (lambda r: r.data.path, self.run_dir / "data"),
             (lambda r: r.train.output_dir, out),
