@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from transformers import PreTrainedModel, TrainingArguments
 from transformers.integrations import is_tensorboard_available
@@ -11,11 +12,21 @@ from neoembed.precision import resolve_precision
 from neoembed.training.settings import CompileSetting, OptimSettings, RunSettings, TrainSettings
 
 
-def precision_arguments(precision: str) -> dict:
+class PrecisionArguments(TypedDict):
+    """TrainingArguments' device and mixed-precision flags, passed on as keyword arguments."""
+
+    bf16: bool
+    fp16: bool
+    use_cpu: bool
+
+
+def precision_arguments(precision: str) -> PrecisionArguments:
     """The TrainingArguments device and mixed-precision flags for a `train.precision` ("auto", "fp32",
     "bf16"), as the precision resolver answers it."""
     resolved = resolve_precision(precision)
-    return {"bf16": resolved.train_bf16, "fp16": resolved.train_fp16, "use_cpu": resolved.device == "cpu"}
+    return PrecisionArguments(
+        bf16=resolved.train_bf16, fp16=resolved.train_fp16, use_cpu=resolved.device == "cpu"
+    )
 
 
 def reporters() -> list[str]:

@@ -6,6 +6,7 @@ import json
 import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -50,7 +51,7 @@ def open_run(settings: BaseModel, output_dir: Path) -> str | None:
     return last_complete_checkpoint(output_dir)
 
 
-def recorded_recipe(output_dir: Path) -> dict:
+def recorded_recipe(output_dir: Path) -> dict[str, Any]:
     """The recipe a run directory recorded on its first start (every field, as JSON)."""
     return json.loads((Path(output_dir) / RECIPE_RECORD).read_text())
 
