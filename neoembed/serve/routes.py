@@ -22,7 +22,14 @@ from starlette.concurrency import run_in_threadpool
 from neoembed.serve.errors import APIError, InvalidInput
 from neoembed.serve.inputs import Inputs, parse_openai_input, parse_texts
 from neoembed.serve.responses import openai_body, rows_body, shape
-from neoembed.serve.schemas import EmbeddingsRequest, EmbedRequest, SearchRequest, TokenizeRequest
+from neoembed.serve.schemas import (
+    EmbeddingsRequest,
+    EmbedRequest,
+    HealthBody,
+    InfoBody,
+    SearchRequest,
+    TokenizeRequest,
+)
 from neoembed.serve.state import ServerState
 
 ROUTES = frozenset({"/", "/v1/embeddings", "/embed", "/search", "/tokenize", "/info", "/health", "/metrics"})
@@ -124,29 +131,29 @@ async def tokenize(request: TokenizeRequest, state: State) -> JSONResponse:
 
 
 @router.get("/info")
-async def info(state: State) -> dict:
+async def info(state: State) -> InfoBody:
     settings = state.settings
-    return {
-        "model": state.name,
-        "model_path": settings.model,
-        "dimension": state.model.dimension,
-        "max_input_length": state.model.max_length,
-        "truncate": settings.truncate,
-        "max_batch_tokens": state.batcher.max_batch_tokens,
-        "max_client_batch_size": settings.max_client_batch_size,
-        "max_queue_items": settings.max_queue_items,
-        "device": state.model.device,
-        "dtype": state.model.dtype,
-        "index": state.index.info if state.index is not None else None,
-        "version": version("neoembed"),
-    }
+    return InfoBody(
+        model=state.name,
+        model_path=settings.model,
+        dimension=state.model.dimension,
+        max_input_length=state.model.max_length,
+        truncate=settings.truncate,
+        max_batch_tokens=state.batcher.max_batch_tokens,
+        max_client_batch_size=settings.max_client_batch_size,
+        max_queue_items=settings.max_queue_items,
+        device=state.model.device,
+        dtype=state.model.dtype,
+        index=state.index.info if state.index is not None else None,
+        version=version("neoembed"),
+    )
 
 
 @router.get("/health")
-async def health(state: State) -> dict:
+async def health(state: State) -> HealthBody:
     if not state.healthy:
         raise APIError(503, "The inference worker is not running.", code="unhealthy")
-    return {"status": "ok", "queue_depth": state.batcher.depth}
+    return HealthBody(status="ok", queue_depth=state.batcher.depth)
 
 
 @router.get("/metrics")

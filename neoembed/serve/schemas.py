@@ -1,5 +1,6 @@
-"""Request bodies. The `input`/`inputs` fields are typed Any here and checked in `inputs.py`, which names
-the offending item; the other fields are strict so that e.g. "dimensions": "64" is an error, not a guess."""
+"""Request and response bodies. The `input`/`inputs` fields are typed Any here and checked in `inputs.py`,
+which names the offending item; the other fields are strict so that e.g. "dimensions": "64" is an error, not
+a guess."""
 
 from __future__ import annotations
 
@@ -45,3 +46,39 @@ class SearchRequest(BaseModel):
 
     query: Any = Field(description="A string or a list of strings.")
     k: StrictInt = Field(default=10, ge=1, le=1000)
+
+
+class IndexInfo(BaseModel):
+    """The served index, in GET /info."""
+
+    directory: str
+    documents: int
+    metric: str
+    factory: str  # the FAISS factory string
+    search_params: dict[str, int]  # the tuned search parameters, e.g. {"nprobe": 8}; {} for exact search
+
+
+class InfoBody(BaseModel):
+    """GET /info: the served model, the server's limits, and the index, if one is loaded."""
+
+    model_config = ConfigDict(protected_namespaces=())  # `model_path`: pydantic < 2.10 reserves `model_`
+
+    model: str
+    model_path: str
+    dimension: int
+    max_input_length: int
+    truncate: bool
+    max_batch_tokens: int
+    max_client_batch_size: int
+    max_queue_items: int
+    device: str
+    dtype: str
+    index: IndexInfo | None
+    version: str
+
+
+class HealthBody(BaseModel):
+    """GET /health."""
+
+    status: Literal["ok"]
+    queue_depth: int

@@ -14,6 +14,7 @@ import numpy as np
 
 from neoembed.errors import InputError
 from neoembed.index import load_index
+from neoembed.serve.schemas import IndexInfo
 
 
 class ServedIndex:
@@ -29,13 +30,13 @@ class ServedIndex:
                 "the index with this one",
                 param="--index",
             )
-        self.info = {
-            "directory": str(directory),
-            "documents": manifest.ntotal,
-            "metric": manifest.metric,
-            "factory": manifest.factory,
-            "search_params": manifest.search_params,
-        }
+        self.info = IndexInfo(
+            directory=str(directory),
+            documents=manifest.ntotal,
+            metric=manifest.metric,
+            factory=manifest.factory,
+            search_params=manifest.search_params,
+        )
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[dict]]:
         """Top-k hits per query vector (raw model output; the index normalises where it expects to)."""
