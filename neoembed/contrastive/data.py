@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -90,7 +91,7 @@ def to_columns(table: Dataset, max_negatives: int, where: str) -> Dataset:
     texts = ["query", "positive", *(f"negative_{j + 1}" for j in range(k))]
     keyed = all(c in table.column_names for c in KEY_COLUMNS)
 
-    def spread(batch: dict) -> dict:
+    def spread(batch: dict[str, list]) -> dict[str, list]:
         positives, negatives = batch["positive"], [negs or [] for negs in batch["negatives"]]
         if keyed:
             query_keys, positive_keys = batch["query_key"], batch["positive_key"]
@@ -142,7 +143,7 @@ class TextKeyCollator(SentenceTransformerDataCollator):
     """sentence-transformers' collator, which would tokenise the key columns as text: this one sets them
     aside and adds them as one int64 tensor `text_keys` (rows, text columns), in the text columns' order."""
 
-    def __call__(self, features: list[dict]) -> dict:
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         keys = [c + KEY_SUFFIX for c in features[0] if c + KEY_SUFFIX in features[0]]
         texts = [{c: v for c, v in row.items() if not c.endswith(KEY_SUFFIX)} for row in features]
         batch = super().__call__(texts)

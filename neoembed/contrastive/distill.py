@@ -26,6 +26,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -108,19 +109,31 @@ class TeacherTargets:
         return torch.from_numpy(np.ascontiguousarray(self.vectors[rows])).to(keys.device)
 
 
-def teacher_identity(teacher, name: str, texts: DistinctTexts) -> dict:
-    """What a teacher cache holds: which weights (and truncation) embedded which texts."""
-    return {
-        "teacher": name,
-        "fingerprint": model_fingerprint(teacher),
-        "dimension": teacher.get_embedding_dimension(),
-        "max_length": teacher.max_seq_length,
-        "texts": len(texts),
-        "keys": texts.digest(),
-    }
+class TeacherIdentity(TypedDict):
+    """What a teacher cache holds: which weights (and truncation) embedded which texts. Written as the cache's
+    and the run's manifest.json, and hashed (all but `teacher`) into the cache's directory name."""
+
+    teacher: str  # the recipe's name for the teacher
+    fingerprint: str  # of the teacher's weights
+    dimension: int
+    max_length: int  # the teacher's truncation, in tokens
+    texts: int  # distinct texts embedded
+    keys: str  # digest of their text keys
 
 
-def shared_cache_dir(root: Path, identity: dict) -> Path:
+def teacher_identity(teacher, name: str, texts: DistinctTexts) -> TeacherIdentity:
+    """The identity of `teacher`'s (named `name`) embedding of `texts`."""
+    return TeacherIdentity(
+        teacher=name,
+        fingerprint=model_fingerprint(teacher),
+        dimension=teacher.get_embedding_dimension(),
+        max_length=teacher.max_seq_length,
+        texts=len(texts),
+        keys=texts.digest(),
+    )
+
+
+def shared_cache_dir(root: Path, identity: TeacherIdentity) -> Path:
     """`root`/<digest of the identity>: one directory per (teacher weights, texts), whatever the teacher's
     name (`base` and `minilm` on MiniLM share it)."""
     content = {field: value for field, value in identity.items() if field != "teacher"}
@@ -137,7 +150,7 @@ def teacher_cache_root(data_path: Path, output_dir: Path) -> Path:
     return output_dir / RUN_RECORD_DIR
 
 
-def pin_teacher(record: Path, identity: dict, outputs: str, trained_on: bool) -> None:
+def pin_teacher(record: Path, identity: TeacherIdentity, outputs: str, trained_on: bool) -> None:
     """Record in the run which teacher outputs it trains on (and where they are); refuse other ones once
     checkpoints trained on the recorded ones (a resumed run must keep its targets)."""
     if record.exists():
@@ -155,7 +168,13 @@ def pin_teacher(record: Path, identity: dict, outputs: str, trained_on: bool) ->
 
 
 def cache_teacher_outputs(
-    teacher, identity: dict, texts: DistinctTexts, directory: Path, *, batch_size: int, chunk_rows: int
+    teacher,
+    identity: TeacherIdentity,
+    texts: DistinctTexts,
+    directory: Path,
+    *,
+    batch_size: int,
+    chunk_rows: int,
 ) -> TeacherTargets:
     """The teacher's embedding of every text in `directory` (one per identity), computing what is not there
     yet. Runs that need the same outputs at once take turns: the first embeds, the next finds them done."""
@@ -221,7 +240,7 @@ class ScoreDistillation(nn.Module):
         log_student = F.log_softmax(student, dim=-1).masked_fill(excluded, 0.0)
         return F.kl_div(log_student, F.softmax(teacher, dim=-1), reduction="batchmean")
 
-    def get_config_dict(self) -> dict:
+    def get_config_dict(self) -> dict[str, Any]:
         return {"target": "scores", "temperature": self.temperature, "weight": self.weight}
 
 
@@ -280,7 +299,7 @@ class EmbeddingDistillation(nn.Module):
         teacher = self.targets(text_keys[first])
         return self.compare.compute_loss_from_embeddings([embeddings[first]], [teacher])
 
-    def get_config_dict(self) -> dict:
+    def get_config_dict(self) -> dict[str, Any]:
         return {"target": "embedding", **self.compare.get_config_dict(), "weight": self.weight}
 
 

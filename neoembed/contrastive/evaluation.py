@@ -143,7 +143,9 @@ def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None)
     return out
 
 
-def set_scores(metrics: Mapping[str, float], settings: EvalSettings, dims: list[int] = ()) -> dict:
+def set_scores(
+    metrics: Mapping[str, float], settings: EvalSettings, dims: list[int] = ()
+) -> dict[str, dict[str, float]]:
     """{set: {nDCG@10, recall@k, and `ndcg@10_dim<d>` per smaller dimension}} from an evaluator's metrics
     (keys with or without the trainer's `eval_` prefix); a set the metrics do not hold is left out."""
     metrics = {key.removeprefix("eval_"): value for key, value in metrics.items()}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -163,7 +164,7 @@ class InfoNCELoss(CachedLossMixin, nn.Module):
         components, self.components = self.components, {}
         return components
 
-    def get_config_dict(self) -> dict:
+    def get_config_dict(self) -> dict[str, Any]:
         return {
             "temperature": 1.0 / self.scale,
             "symmetric": self.symmetric,

@@ -36,7 +36,9 @@ def check_sources(prompts: Mapping[str, PromptSettings], sources: Iterable[str])
         )
 
 
-def training_prompts(prompts: Mapping[str, PromptSettings], columns: Mapping[str, list[str]]) -> dict:
+def training_prompts(
+    prompts: Mapping[str, PromptSettings], columns: Mapping[str, list[str]]
+) -> dict[str, dict[str, str]]:
     """{source: {column: prompt}} for the trainer: the query column gets the query prompt, the positive and
     negative columns the document prompt. Empty when no prompt is set (the trainer then adds nothing)."""
     out = {}

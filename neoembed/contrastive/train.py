@@ -268,7 +268,7 @@ def scored_dims(settings: ContrastiveSettings, model) -> list[int]:
     return [d for d in matryoshka_dims(settings, dimension) if d != dimension]
 
 
-def evaluate(trainer: ContrastiveTrainer, note: dict | None = None) -> dict:
+def evaluate(trainer: ContrastiveTrainer, note: dict[str, float] | None = None) -> dict[str, float]:
     """The held-out sets' metrics for the model as it is now: the trainer's own evaluation at this step when
     it made one, else a new one, appended to metrics.jsonl as the trainer logs its evaluations. A `note`
     (what changed in the weights since the trainer's evaluation) forces a new one and goes into its line."""
@@ -293,7 +293,7 @@ def log_line(trainer: ContrastiveTrainer, line: dict) -> None:
         )
 
 
-def recorded_before(settings: ContrastiveSettings) -> dict:
+def recorded_before(settings: ContrastiveSettings) -> dict[str, float]:
     """A resumed run's step-0 metrics from its metrics.jsonl, if it recorded them with the same held-out sets
     it scores now (the eval section may change on resume)."""
     output_dir = Path(settings.train.output_dir)
