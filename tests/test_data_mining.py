@@ -186,7 +186,7 @@ def test_wordnet_build_mines_negatives_and_excludes_heldout_synsets(tmp_path):
     # A word whose senses the relations do not link (e.g. another lemma spelled alike) can slip through: on the
     # 20,000-row build 0.02% of lemma queries' negatives (docs/contrastive.md), 3.5% before the relations.
     lemma_queries = report["lemma_queries"]
-    assert lemma_queries["negatives"] > 100 and lemma_queries["false"] <= 0.01 * lemma_queries["negatives"]
+    assert lemma_queries.negatives > 100 and lemma_queries.false <= 0.01 * lemma_queries.negatives
 
 
 def test_the_audit_counts_other_senses_and_hypernyms_of_a_lemma_query_as_false(tmp_path):
@@ -205,8 +205,8 @@ def test_the_audit_counts_other_senses_and_hypernyms_of_a_lemma_query_as_false(t
     pq.write_table(pa.Table.from_pylist([row]), tmp_path / "wordnet" / "part-00000.parquet")
     (tmp_path / "stats.json").write_text(json.dumps({"sources": {"wordnet": {"rows_out": 1}}}))
     report = audit(tmp_path)["lemmas_gloss"]
-    assert report["negatives"] == 3 and report["false"] == 2
-    assert report["false_by_kind"] == {"other_sense": 1, "hypernym": 1, "same_synset": 0}
+    assert report.negatives == 3 and report.false == 2
+    assert report.false_by_kind == {"other_sense": 1, "hypernym": 1, "same_synset": 0}
 
 
 @pytest.mark.slow

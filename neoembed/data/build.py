@@ -22,9 +22,10 @@ import logging
 import shutil
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +38,14 @@ from neoembed.data.leakage import GuardedTexts, leak_guard
 from neoembed.data.manifest import Manifest, StsRule, load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import REASONS, text_key
-from neoembed.data.prepare import FORMAT_VERSION, TRUNCATED_FIELDS, prepare_source, staging_paths
+from neoembed.data.prepare import (
+    FORMAT_VERSION,
+    TRUNCATED_FIELDS,
+    StagedCounts,
+    StagedSource,
+    prepare_source,
+    staging_paths,
+)
 from neoembed.data.records import part_damage
 from neoembed.data.relations import Keys
 from neoembed.data.shards import Share, check_share_count, resolve_share
@@ -197,7 +205,7 @@ class Build:
 
     # Stage 1 ---------------------------------------------------------------------------------------------
 
-    def prepare(self) -> dict[str, dict]:
+    def prepare(self) -> dict[str, StagedSource]:
         seen: set[int] = set()
         staged, previous = {}, ""
         for name, (manifest, manifest_sha) in self.manifests.items():
@@ -214,7 +222,7 @@ class Build:
                 self.config.both_directions,
             )
             started, cpu = time.perf_counter(), time.process_time()
-            staged[name] = prepare_source(
+            prepared = staged[name] = prepare_source(
                 manifest.with_sts_rule(self.config.sts_rule),
                 fingerprint,
                 self.out,
@@ -230,7 +238,9 @@ class Build:
                 source=name,
                 seconds=round(time.perf_counter() - started, 3),
                 cpu_seconds=round(time.process_time() - cpu, 3),  # on a shared machine, the stage's own cost
-                **_brief(staged[name]),
+                rows_read=prepared["rows_read"],
+                kept=prepared["kept"],
+                dropped=prepared["dropped"],
             )
             previous = fingerprint
         return staged
@@ -243,7 +253,7 @@ class Build:
 
     # Stage 2 ---------------------------------------------------------------------------------------------
 
-    def units(self, staged: dict[str, dict]) -> list[Unit]:
+    def units(self, staged: dict[str, StagedSource]) -> list[Unit]:
         units, size = [], self.config.rows_per_shard
         mining = self.config.mining.model_dump()
         for name, (manifest, _) in self.manifests.items():
@@ -332,7 +342,7 @@ class Build:
 
     # Stats -----------------------------------------------------------------------------------------------
 
-    def merge_stats(self, staged: dict[str, dict], units: list[Unit]) -> dict | None:
+    def merge_stats(self, staged: dict[str, StagedSource], units: list[Unit]) -> BuildStats | None:
         """Write stats.json and stats.md once every unit is built; None (and nothing written) before that."""
         markers = {}
         for unit in units:
@@ -345,18 +355,12 @@ class Build:
                 if int(stale.name[5:10]) >= unit.parts:
                     stale.unlink(missing_ok=True)  # another shard may have removed it already
         sources = {
-            name: {
-                "dataset": manifest.dataset,
-                "licence": manifest.licence,
-                "licence_source": manifest.licence_source,
-                "budget": manifest.budget if self.config.budgets else None,
-                **_source_stats(staged[name], markers[name]),
-            }
+            name: _source_stats(manifest, self.config.budgets, staged[name], markers[name])
             for name, (manifest, _) in self.manifests.items()
         }
-        stats = {
-            "build_hash": _sha([u.fingerprint for u in units]),
-            "config": {
+        stats = BuildStats(
+            build_hash=_sha([u.fingerprint for u in units]),
+            config={
                 "max_rows": self.config.max_rows,
                 "budgets": self.config.budgets,
                 "sts_rule": self.config.sts_rule,
@@ -370,15 +374,15 @@ class Build:
                 "tokenizer": self.config.tokenizer if self.config.max_tokens else None,
                 "both_directions": self.config.both_directions,
             },
-            "sources": sources,
-            "total": _total(sources),
-            "warnings": size_warnings(sources),
-        }
+            sources=sources,
+            total=_total(sources),
+            warnings=size_warnings(sources),
+        )
         write_json(self.out / "stats.json", stats)
         write_text(self.out / "stats.md", render_markdown(stats))
         return stats
 
-    def run(self, share: Share, merge_only: bool = False) -> dict | None:
+    def run(self, share: Share, merge_only: bool = False) -> BuildStats | None:
         """Build this share's units and, once every unit of the build is done, the stats (None before that).
         Ranks of one launch wait for each other: the first stages the sources before the others read them,
         and merges the stats after all have built their units."""
@@ -425,43 +429,80 @@ def _merge(given: list[str], mined: list[str]) -> list[str]:
     return given + [t for t in mined if text_key(t) not in keys]
 
 
-def _brief(stats: dict) -> dict:
-    return {k: stats[k] for k in ("rows_read", "kept")} | {"dropped": stats["dropped"]}
+class SourceStats(StagedCounts):
+    """A source in stats.json: its manifest's description, stage 1's counts, and what its parts hold."""
+
+    dataset: str | None
+    licence: str
+    licence_source: str
+    budget: int | None  # None: the build read the whole source (--no-budgets, or the manifest sets none)
+    rows_out: int
+    parts: int
+    part_checksums: dict[str, str | None]  # part file -> xxh3, checked before training (None: built before)
+    negatives_per_row: float
+    negatives_histogram: dict[str, int]  # negatives in a row -> rows
+    mining: dict[str, Any] | None  # the parts' `MiningStats` summed, `seconds` left out; None: not mined
 
 
-def _source_stats(staged: dict, parts: list[dict]) -> dict:
+class BuildTotals(TypedDict):
+    """The sources' counts summed, in stats.json."""
+
+    rows_read: int
+    kept: int
+    rows_out: int
+    dropped: dict[str, int]
+    rows_dropped_for_leakage: dict[str, int]
+    negatives_dropped_for_leakage: int
+    reversed: int
+    truncated: dict[str, int]
+    negatives_per_row: float
+
+
+class BuildStats(TypedDict):
+    """stats.json: the build's hash and settings, each source's stats, their totals, and size warnings."""
+
+    build_hash: str
+    config: dict[str, Any]  # the build settings the stats depend on, as JSON
+    sources: dict[str, SourceStats]
+    total: BuildTotals
+    warnings: list[str]
+
+
+def _source_stats(manifest: Manifest, budgets: bool, staged: StagedCounts, parts: list[dict]) -> SourceStats:
     histogram: dict[str, int] = {}
     for part in parts:
         for n, c in part["negatives_histogram"].items():
             histogram[n] = histogram.get(n, 0) + c
     rows = sum(p["rows"] for p in parts)
     mined = [p["mining"] for p in parts if p["mining"]]
-    mining = _sum_counts(mined) if mined else None
-    return {
-        "rows_read": staged["rows_read"],
-        "rows_available": staged["rows_available"],
-        "expected_rows": staged["expected_rows"],
-        "dropped": staged["dropped"],
-        "rows_dropped_for_leakage": staged["rows_dropped_for_leakage"],
-        "negatives_dropped_for_leakage": staged["negatives_dropped_for_leakage"],
-        "kept": staged["kept"],
-        "reversed": staged["reversed"],
-        "truncated": staged["truncated"],
-        "rows_out": rows,
-        "parts": len(parts),
-        # xxh3 of each part file by name, verified before training (None: a part built before checksums)
-        "part_checksums": {f"part-{i:05d}.parquet": p.get("xxh3") for i, p in enumerate(parts)},
-        "malformed_example": staged["malformed_example"],
-        "negatives_per_row": round(sum(int(n) * c for n, c in histogram.items()) / rows, 3) if rows else 0.0,
-        "negatives_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
-        "given_negatives_per_row": staged["given_negatives_per_row"],
-        "mining": mining,
-        "query_chars": staged["query_chars"],
-        "positive_chars": staged["positive_chars"],
-    }
+    return SourceStats(
+        dataset=manifest.dataset,
+        licence=manifest.licence,
+        licence_source=manifest.licence_source,
+        budget=manifest.budget if budgets else None,
+        rows_read=staged["rows_read"],
+        rows_available=staged["rows_available"],
+        expected_rows=staged["expected_rows"],
+        dropped=staged["dropped"],
+        rows_dropped_for_leakage=staged["rows_dropped_for_leakage"],
+        negatives_dropped_for_leakage=staged["negatives_dropped_for_leakage"],
+        kept=staged["kept"],
+        reversed=staged["reversed"],
+        truncated=staged["truncated"],
+        rows_out=rows,
+        parts=len(parts),
+        part_checksums={f"part-{i:05d}.parquet": p.get("xxh3") for i, p in enumerate(parts)},
+        malformed_example=staged["malformed_example"],
+        negatives_per_row=round(sum(int(n) * c for n, c in histogram.items()) / rows, 3) if rows else 0.0,
+        negatives_histogram=dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
+        given_negatives_per_row=staged["given_negatives_per_row"],
+        mining=_sum_counts(mined) if mined else None,
+        query_chars=staged["query_chars"],
+        positive_chars=staged["positive_chars"],
+    )
 
 
-def _sum_counts(counts: list[dict]) -> dict:
+def _sum_counts(counts: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Field-wise sum of the parts' mining counts; a dict of counts (per relation kind) sums per key."""
     return {
         k: _sum_counts([c[k] for c in counts]) if isinstance(v, dict) else sum(c[k] for c in counts)
@@ -469,23 +510,23 @@ def _sum_counts(counts: list[dict]) -> dict:
     }
 
 
-def _total(sources: dict) -> dict:
+def _total(sources: dict[str, SourceStats]) -> BuildTotals:
     leaked = Counter()  # update, unlike +, keeps a guarded set that dropped nothing
     for source in sources.values():
         leaked.update(source["rows_dropped_for_leakage"])
-    total = {
-        "rows_read": sum(s["rows_read"] for s in sources.values()),
-        "kept": sum(s["kept"] for s in sources.values()),
-        "rows_out": sum(s["rows_out"] for s in sources.values()),
-        "dropped": {r: sum(s["dropped"][r] for s in sources.values()) for r in REASONS},
-        "rows_dropped_for_leakage": dict(leaked),
-        "negatives_dropped_for_leakage": sum(s["negatives_dropped_for_leakage"] for s in sources.values()),
-        "reversed": sum(s["reversed"] for s in sources.values()),
-        "truncated": {k: sum(s["truncated"][k] for s in sources.values()) for k in TRUNCATED_FIELDS},
-    }
+    rows_out = sum(s["rows_out"] for s in sources.values())
     negatives = sum(s["negatives_per_row"] * s["rows_out"] for s in sources.values())
-    total["negatives_per_row"] = round(negatives / total["rows_out"], 3) if total["rows_out"] else 0.0
-    return total
+    return BuildTotals(
+        rows_read=sum(s["rows_read"] for s in sources.values()),
+        kept=sum(s["kept"] for s in sources.values()),
+        rows_out=rows_out,
+        dropped={r: sum(s["dropped"][r] for s in sources.values()) for r in REASONS},
+        rows_dropped_for_leakage=dict(leaked),
+        negatives_dropped_for_leakage=sum(s["negatives_dropped_for_leakage"] for s in sources.values()),
+        reversed=sum(s["reversed"] for s in sources.values()),
+        truncated={k: sum(s["truncated"][k] for s in sources.values()) for k in TRUNCATED_FIELDS},
+        negatives_per_row=round(negatives / rows_out, 3) if rows_out else 0.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -498,10 +539,10 @@ class BuildResult:
     negatives_per_row: float
     warnings: list[str]  # sizes off their manifests' expected rows, and the like
     mining: list[str]  # one line per mined source: what each rule removed
-    stats: dict  # stats.json as written: per source, the config, the totals
+    stats: BuildStats  # stats.json as written: per source, the config, the totals
 
     @classmethod
-    def of(cls, out: Path, stats: dict) -> BuildResult:
+    def of(cls, out: Path, stats: BuildStats) -> BuildResult:
         total = stats["total"]
         return cls(
             Path(out),

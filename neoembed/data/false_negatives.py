@@ -14,14 +14,29 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from neoembed.data.normalize import clean, text_key
 
 LEMMA_PAIRS = ("lemmas_gloss", "synonyms")
+FALSE_KINDS = ("other_sense", "hypernym", "same_synset")
 
 
-def audit(out: Path | str) -> dict:
+@dataclass(frozen=True)
+class FalseNegatives:
+    """The audit of one pair kind's rows."""
+
+    rows: int
+    negatives: int
+    negatives_per_row: float
+    rows_without_negatives: int
+    false: int  # negatives that answer their query
+    false_rate: float  # false / negatives
+    false_by_kind: dict[str, int]  # FALSE_KINDS -> false negatives
+
+
+def audit(out: Path | str) -> dict[str, FalseNegatives]:
     """Per pair kind (and `lemma_queries`, their sum): rows, negatives, false ones by kind, and the rate."""
     from neoembed.data.records import load_records
     from neoembed.data.wordnet import load_synsets, training_pairs
@@ -65,18 +80,18 @@ def _false_kind(sid: str, owners: set[str], synsets: dict, lemmas: dict) -> str 
     return None
 
 
-def _report(c: Counter) -> dict:
-    kinds = {k: c[k] for k in ("other_sense", "hypernym", "same_synset")}
-    return {
-        "rows": c["rows"],
-        "negatives": c["negatives"],
-        "negatives_per_row": round(c["negatives"] / c["rows"], 3) if c["rows"] else 0.0,
-        "rows_without_negatives": c["rows_without_negatives"],
-        "false": c["false"],
-        "false_rate": round(c["false"] / c["negatives"], 4) if c["negatives"] else 0.0,
-        "false_by_kind": kinds,
-    }
+def _report(c: Counter) -> FalseNegatives:
+    return FalseNegatives(
+        rows=c["rows"],
+        negatives=c["negatives"],
+        negatives_per_row=round(c["negatives"] / c["rows"], 3) if c["rows"] else 0.0,
+        rows_without_negatives=c["rows_without_negatives"],
+        false=c["false"],
+        false_rate=round(c["false"] / c["negatives"], 4) if c["negatives"] else 0.0,
+        false_by_kind={k: c[k] for k in FALSE_KINDS},
+    )
 
 
 if __name__ == "__main__":
-    print(json.dumps(audit(Path(sys.argv[1])), indent=2))
+    report = audit(Path(sys.argv[1]))
+    print(json.dumps({pair: asdict(kind) for pair, kind in report.items()}, indent=2))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +53,36 @@ TRUNCATED_FIELDS = ("query", "positive", "negatives")
 FORMAT_VERSION = "6." + KEY_VERSION
 
 
+class MalformedRow(TypedDict):
+    row: int  # the row's index in the source
+    error: str  # why it could not be read
+
+
+class StagedCounts(TypedDict):
+    """What stage 1 counted for a source; stats.json carries them on (`build.SourceStats`)."""
+
+    rows_read: int
+    rows_available: int | None  # the whole split's rows; None if a streamed source does not say
+    expected_rows: int | None  # the manifest's
+    kept: int
+    dropped: dict[str, int]  # reason (normalize.REASONS) -> rows
+    rows_dropped_for_leakage: dict[str, int]  # guarded set -> rows (dropped["leakage"] in all)
+    negatives_dropped_for_leakage: int
+    truncated: dict[str, int]  # field (TRUNCATED_FIELDS) -> texts of kept rows cut to the token budget
+    reversed: int  # rows also written as (positive, query): part of `kept`
+    malformed_example: MalformedRow | None  # the first row that could not be read
+    given_negatives_per_row: float
+    query_chars: dict[str, int]  # length percentile ("p5", "p50", "p95", "p99") -> characters; {} if no rows
+    positive_chars: dict[str, int]
+
+
+class StagedSource(StagedCounts):
+    """A staged source's marker (`staging/<source>.json`): its counts and the fingerprint of its inputs."""
+
+    fingerprint: str
+    source: str
+
+
 def staging_paths(out: Path, name: str) -> tuple[Path, Path]:
     return out / "staging" / f"{name}.parquet", out / "staging" / f"{name}.json"
 
@@ -66,7 +97,7 @@ def prepare_source(
     max_rows: int | None,
     truncator: Truncator | None = None,
     both_directions: bool = False,
-) -> dict:
+) -> StagedSource:
     """Stage one source; adds its kept pair keys to `seen`; returns its stats (also written as the marker).
 
     `truncator` cuts long texts to a token budget before the filters; `both_directions` also writes each kept
@@ -107,7 +138,7 @@ def prepare_source(
                 if isinstance(row, RowError):
                     dropped["malformed"] += 1
                     if malformed_example is None:
-                        malformed_example = {"row": index, "error": str(row)}
+                        malformed_example = MalformedRow(row=index, error=str(row))
                     continue
                 query, positive, score, relations, given = row
                 query, positive = clean(query or ""), clean(positive or "")
@@ -164,23 +195,23 @@ def prepare_source(
                 writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
             bar.update(stop - start)
 
-    stats = {
-        "fingerprint": fingerprint,
-        "source": manifest.name,
-        "rows_read": total,
-        "rows_available": rows_available,  # the whole split's rows; None if a streamed source does not say
-        "expected_rows": manifest.expected_rows,
-        "kept": len(query_lengths),
-        "dropped": dropped,
-        "rows_dropped_for_leakage": leaked_rows,  # guarded set -> rows (dropped["leakage"] in all)
-        "negatives_dropped_for_leakage": leaked_negatives,
-        "truncated": truncated,  # texts of kept rows cut to the token budget
-        "reversed": reversed_rows,  # rows also written as (positive, query): part of `kept`
-        "malformed_example": malformed_example,
-        "given_negatives_per_row": round(float(np.mean(negative_counts)), 3) if negative_counts else 0.0,
-        "query_chars": _percentiles(query_lengths),
-        "positive_chars": _percentiles(positive_lengths),
-    }
+    stats = StagedSource(
+        fingerprint=fingerprint,
+        source=manifest.name,
+        rows_read=total,
+        rows_available=rows_available,
+        expected_rows=manifest.expected_rows,
+        kept=len(query_lengths),
+        dropped=dropped,
+        rows_dropped_for_leakage=leaked_rows,
+        negatives_dropped_for_leakage=leaked_negatives,
+        truncated=truncated,
+        reversed=reversed_rows,
+        malformed_example=malformed_example,
+        given_negatives_per_row=round(float(np.mean(negative_counts)), 3) if negative_counts else 0.0,
+        query_chars=_percentiles(query_lengths),
+        positive_chars=_percentiles(positive_lengths),
+    )
     write_json(marker, stats)
     return stats
 
@@ -225,7 +256,7 @@ def _number(value) -> float | None:
         raise RowError(f"score: not a number: {value!r}") from None
 
 
-def _percentiles(lengths: list[int]) -> dict:
+def _percentiles(lengths: list[int]) -> dict[str, int]:
     if not lengths:
         return {}
     values = np.percentile(np.asarray(lengths), [5, 50, 95, 99])

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neoembed.errors import InputError
 from neoembed.run_files import file_checksum
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 
 class RecordsError(InputError):
     """A build directory that is missing, unfinished, or lacks a requested source."""
 
 
-def load_records(out: Path | str, sources: list[str] | None = None) -> dict:
+def load_records(out: Path | str, sources: list[str] | None = None) -> dict[str, Dataset]:
     """{source: datasets.Dataset with query, positive, negatives, source} for a complete build in `out`; a
     build of this version also holds each text's `text_key` (query_key, positive_key, negative_keys).
 
