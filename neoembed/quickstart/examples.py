@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 LOAD_SNIPPET = """\
 import neoembed  # registers NeoBERT with transformers (or pass trust_remote_code=True instead)
@@ -20,15 +21,27 @@ print(model.similarity(embeddings, embeddings).numpy().round(3))
 """
 
 
+class SearchedQuery(TypedDict):
+    """A held-out query searched for: part of the index step's result (JSON, and read back on a resume)."""
+
+    query: str
+    expected: str  # the synset whose gloss is the right answer
+    rank: int | None  # where that gloss came among the hits; None: not among them
+    hits: list[dict[str, Any]]  # as `neoembed search --json` returned them: id, text, score, rank, ...
+
+
 @dataclass(frozen=True)
 class SearchQuery:
     text: str  # an example sentence of a held-out synset
     synset: str  # the id of that synset: its gloss is the right answer
 
-    def with_hits(self, result: dict) -> dict:
-        """The query, its expected synset, and the hits `neoembed search --json` returned for it."""
-        ranks = [rank for rank, hit in enumerate(result["hits"], start=1) if hit["id"] == self.synset]
-        return {"query": self.text, "expected": self.synset, "rank": ranks[0] if ranks else None, **result}
+    def with_hits(self, hits: list[dict[str, Any]]) -> SearchedQuery:
+        """The query, its expected synset and where it ranked among the `hits` `neoembed search --json`
+        returned for it."""
+        ranks = [rank for rank, hit in enumerate(hits, start=1) if hit["id"] == self.synset]
+        return SearchedQuery(
+            query=self.text, expected=self.synset, rank=ranks[0] if ranks else None, hits=hits
+        )
 
 
 def search_queries(count: int) -> list[SearchQuery]:

@@ -31,7 +31,7 @@ from rich.console import Console
 
 from neoembed.contrastive import ContrastiveResult, ContrastiveSettings
 from neoembed.pretrain import PretrainSettings
-from neoembed.quickstart.examples import LOAD_SNIPPET, search_queries, write_gloss_corpus
+from neoembed.quickstart.examples import LOAD_SNIPPET, SearchedQuery, search_queries, write_gloss_corpus
 from neoembed.quickstart.steps import Ran, Step, command_line, printed_lines, run_command, run_steps
 from neoembed.quickstart.summary import format_searches, write_summary
 from neoembed.recipes import StrictSettings, override_args
@@ -72,7 +72,7 @@ class Evaluated:
 @dataclass
 class Indexed:
     manifest: dict  # the index's manifest.json
-    searches: list[dict]  # each held-out query with its expected synset and hits (`SearchQuery.with_hits`)
+    searches: list[SearchedQuery]  # each held-out query with its expected synset and hits
 
 
 @dataclass
@@ -294,7 +294,7 @@ class Quickstart:
         search = ["search", "--index", out, "-k", 10, "--json", *[q.text for q in queries]]
         text = self._run(search, echo=False)
         results = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-        searches = [q.with_hits(r) for q, r in zip(queries, results, strict=True)]
+        searches = [q.with_hits(r["hits"]) for q, r in zip(queries, results, strict=True)]
         self.console.print(format_searches(searches), highlight=False)
         return Indexed(json.loads((out / "manifest.json").read_text()), searches)
 

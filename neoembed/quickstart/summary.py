@@ -8,11 +8,12 @@ from pathlib import Path
 from rich.console import Console
 
 from neoembed.embedder import MINILM_ALIASES
+from neoembed.quickstart.examples import SearchedQuery
 from neoembed.quickstart.steps import Finished
 from neoembed.training import CURVES_FILE, recorded_recipe
 
 
-def format_searches(searches: list[dict], shown: int = 3) -> str:
+def format_searches(searches: list[SearchedQuery], shown: int = 3) -> str:
     """Each query with its top hits; the expected gloss (the query's own synset) is marked with `<=`."""
     lines = []
     for search in searches:
