@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import TypedDict
 
 from neoembed.errors import InputError
 
@@ -123,12 +124,18 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.blake2b(vocabulary.encode(), digest_size=16).hexdigest()
 
 
-def tokenizer_record(directory: Path) -> dict:
+class TokenizerRecord(TypedDict):
+    """An export's TOKENIZER_RECORD (JSON)."""
+
+    vocabulary: str  # `tokenizer_fingerprint` of the tokenizer saved beside it
+
+
+def tokenizer_record(directory: Path) -> TokenizerRecord:
     """What an export writes to its TOKENIZER_RECORD: the fingerprint of the tokenizer saved in `directory`
     (read back from its files, as every load reads it), for `check_tokenizer_record`."""
     from transformers import AutoTokenizer
 
-    return {"vocabulary": tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(directory)))}
+    return TokenizerRecord(vocabulary=tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(directory))))
 
 
 def check_tokenizer_record(model, directory: str, name: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,7 @@ def probe_embeddings(model) -> np.ndarray:
     return model.encode(PROBE_TEXTS, batch_size=len(PROBE_TEXTS), convert_to_numpy=True).astype(np.float32)
 
 
-def _features_to_fp32(module, args, features: dict) -> dict:
+def _features_to_fp32(module, args, features: dict[str, Any]) -> dict[str, Any]:
     return {
         name: value.float() if torch.is_tensor(value) and value.is_floating_point() else value
         for name, value in features.items()

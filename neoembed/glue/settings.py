@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
@@ -125,7 +125,7 @@ class GlueSettings(StrictSettings):
             Hyperparameters(b, lr, wd) for b, lr, wd in itertools.product(g.batch_size, g.lr, g.weight_decay)
         ]
 
-    def protocol(self) -> dict:
+    def protocol(self) -> dict[str, Any]:
         """The fields a finished run's result depends on (besides its grid point): results produced under
         another protocol are not mixed into one table."""
         protocol = self.model_dump(mode="json", exclude={"tasks", "grid", "transfer"})

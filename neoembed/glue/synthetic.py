@@ -40,7 +40,7 @@ _CUES = ("good", "bad", "maybe")  # class i's cue word
 _SCORE_CUES = {"bad": 0.0, "maybe": 2.0, "good": 4.0}  # STS-B cue word -> lowest score of its band
 
 
-def _row(task: GlueTask, rng: random.Random) -> dict:
+def _row(task: GlueTask, rng: random.Random) -> dict[str, str | float]:
     if task.is_regression:
         cue = rng.choice(list(_SCORE_CUES))
         label = round(_SCORE_CUES[cue] + rng.random(), 2)

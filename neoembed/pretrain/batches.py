@@ -235,7 +235,7 @@ class MLMBatches(torch.utils.data.Dataset):
         )
 
 
-def unwrap_single(items: list[dict]) -> dict:
+def unwrap_single(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Collate for loaders with batch_size=1 over `MLMBatches`: each item already is a batch."""
     (batch,) = items
     return batch

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -26,12 +27,12 @@ FUSED_VARLEN_KERNELS = ("flash_attn", "torch_varlen")  # in order of preference
 
 
 @functools.cache
-def _varlen_kernel_imports() -> dict:
+def _varlen_kernel_imports() -> dict[str, Callable | Exception]:
     """Each fused varlen kernel: its function, or the exception importing it raised. Imported once.
 
     A real import, not `find_spec`: a flash-attn wheel built for another torch or CUDA is found but fails to
     import (an undefined symbol), and must then fall back to torch's kernel rather than fail in every layer."""
-    kernels: dict = {}
+    kernels: dict[str, Callable | Exception] = {}
     try:
         from flash_attn import flash_attn_varlen_func
 
