@@ -438,7 +438,7 @@ class SourceStats(StagedCounts):
     budget: int | None  # None: the build read the whole source (--no-budgets, or the manifest sets none)
     rows_out: int
     parts: int
-    part_checksums: dict[str, str | None]  # part file -> xxh3, checked before training (None: built before)
+    part_checksums: dict[str, str | None]  # part -> xxh3, checked before training (None: built before them)
     negatives_per_row: float
     negatives_histogram: dict[str, int]  # negatives in a row -> rows
     mining: dict[str, Any] | None  # the parts' `MiningStats` summed, `seconds` left out; None: not mined
