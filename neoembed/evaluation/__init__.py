@@ -13,7 +13,10 @@ from neoembed.faces import attach_face
 
 if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
     from .benchmark_texts import benchmark_texts as benchmark_texts
-    from .local_tasks import LOCAL_TASKS as LOCAL_TASKS
+    from .local_tasks import (
+        LOCAL_BENCHMARK_TASKS as LOCAL_BENCHMARK_TASKS,
+        LOCAL_TASKS as LOCAL_TASKS,
+    )
     from .model_meta import (
         META_FILE as META_FILE,
         read_model_meta as read_model_meta,

@@ -34,13 +34,14 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
-from neoembed.data import foldoc_retrieval
+from neoembed.data import foldoc_retrieval, packages_retrieval
 from neoembed.evaluation.wordnet_sets import SEED, heldout_synsets, wordnet_example_retrieval
 
 # Bump when the sampling below changes: it is the tasks' dataset revision, so cached results of an older
 # sample are never mixed with new ones.
 DATA_REVISION = "wordnet3.0-heldout-v1"
 FOLDOC_REVISION = "foldoc-20230119-v1"
+PACKAGES_REVISION = "bookworm-descriptions-v1"
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adverb"}
 
 _COMMON = {
@@ -226,13 +227,43 @@ class FOLDOCDefinitionRetrieval(AbsTaskRetrieval):
         self.data_loaded = True
 
 
-LOCAL_TASKS: dict[str, type[AbsTask]] = {
-    cls.metadata.name: cls
-    for cls in (
-        WordNetDefinitionRetrieval,
-        WordNetExampleDefinitionRetrieval,
-        WordNetSynonymPairClassification,
-        WordNetPOSClassification,
-        FOLDOCDefinitionRetrieval,
+class PackageDescriptionRetrieval(AbsTaskRetrieval):
+    metadata = TaskMetadata(
+        name="PackageDescriptionRetrieval",
+        description="Retrieve a Debian package's long description from its one-line synopsis: 500 synopsis "
+        "queries among the descriptions of 2,000 packages (the fixed sample `data.packages.sample_order` "
+        "begins with), from the bookworm archive's English description index.",
+        type="Retrieval",
+        main_score="ndcg_at_10",
+        **{
+            **_COMMON,
+            "reference": "https://www.debian.org/doc/debian-policy/ch-controlfields.html#description",
+            "dataset": {"path": "neoembed/debian-packages", "revision": PACKAGES_REVISION},
+            "date": ("1993-08-16", "2023-06-10"),
+            "domains": ["Written", "Programming"],
+            "license": "https://www.debian.org/legal/licenses/",
+            "annotations_creators": "derived",
+            "bibtex_citation": "",
+        },
     )
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        self.dataset = {"default": {"test": _retrieval_split(*packages_retrieval())}}
+        self.data_loaded = True
+
+
+# The tasks of `--benchmark neoembed-local`, which every quickstart evaluation runs.
+LOCAL_BENCHMARK_TASKS: tuple[type[AbsTask], ...] = (
+    WordNetDefinitionRetrieval,
+    WordNetExampleDefinitionRetrieval,
+    WordNetSynonymPairClassification,
+    WordNetPOSClassification,
+    FOLDOCDefinitionRetrieval,
+)
+# Every local task by name: the benchmark's, and the package descriptions, the held-out set of the second
+# corpus `neoembed bench adapt` adapts on (by name only: it reads the Debian mirror's description index).
+LOCAL_TASKS: dict[str, type[AbsTask]] = {
+    cls.metadata.name: cls for cls in (*LOCAL_BENCHMARK_TASKS, PackageDescriptionRetrieval)
 }

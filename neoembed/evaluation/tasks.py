@@ -20,7 +20,7 @@ from mteb.abstasks.aggregated_task import AbsTaskAggregate
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 
 from neoembed.errors import InputError
-from neoembed.evaluation.local_tasks import LOCAL_TASKS
+from neoembed.evaluation.local_tasks import LOCAL_BENCHMARK_TASKS, LOCAL_TASKS
 
 LOCAL_BENCHMARK = "neoembed-local"
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
@@ -59,7 +59,7 @@ def get_task(name: str) -> AbsTask:
 
 def get_benchmark_tasks(name: str) -> list[AbsTask]:
     if name == LOCAL_BENCHMARK:
-        return [cls() for cls in LOCAL_TASKS.values()]
+        return [cls() for cls in LOCAL_BENCHMARK_TASKS]
     try:
         return list(mteb.get_benchmark(name).tasks)
     except KeyError:
