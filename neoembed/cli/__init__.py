@@ -106,6 +106,7 @@ def main() -> None:
 
 # Verb registration, in the order of the pipeline; one module per verb.
 from neoembed.cli import (  # noqa: E402
+    adapt,
     bench,
     build_data,
     contrastive,
@@ -129,6 +130,7 @@ app.command()(encode.encode)
 app.command(**RECIPE_COMMAND)(pretrain.pretrain)
 app.command("build-data")(build_data.build_data)
 app.command(**RECIPE_COMMAND)(contrastive.contrastive)
+app.command(**RECIPE_COMMAND)(adapt.adapt)
 app.command("mteb-eval")(mteb_eval.mteb_eval)
 app.command("glue", **RECIPE_COMMAND)(glue.glue)
 app.add_typer(recipes.app, name="recipes", cls=CommandGroup)

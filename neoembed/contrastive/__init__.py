@@ -11,7 +11,19 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         SetScores as SetScores,
         relative_change as relative_change,
     )
-    from .settings import ContrastiveSettings as ContrastiveSettings
+    from .settings import (
+        ContrastiveOptim as ContrastiveOptim,
+        ContrastiveSettings as ContrastiveSettings,
+        ContrastiveTrain as ContrastiveTrain,
+        DataSettings as DataSettings,
+        EvalSettings as EvalSettings,
+        ExportSettings as ExportSettings,
+        HeldOutSet as HeldOutSet,
+        LossSettings as LossSettings,
+        ModelSettings as ModelSettings,
+        PromptSettings as PromptSettings,
+        SelectionSettings as SelectionSettings,
+    )
     from .train import run_contrastive as run_contrastive
 
 __getattr__, __dir__, __all__ = attach_face(__name__, __file__)

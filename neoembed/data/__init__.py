@@ -17,7 +17,10 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         HELDOUT_QUERIES as HELDOUT_QUERIES,
         foldoc_retrieval as foldoc_retrieval,
     )
-    from .leakage import GuardedTexts as GuardedTexts
+    from .leakage import (
+        GuardedTexts as GuardedTexts,
+        leak_guard as leak_guard,
+    )
     from .manifest import load_manifests as load_manifests
     from .manpages import manpages_retrieval as manpages_retrieval
     from .mining import (

@@ -1,0 +1,164 @@
+"""`neoembed adapt`: a bare corpus -> pairs (`adapt.pairs`) -> the contrastive trainer -> an adapted embedder.
+
+The run directory (`train.output_dir`) holds:
+  pairs/      the training pairs, a build `data.load_records` reads (one source per method)
+  selection/  pairs of the held-out documents: the selection split export.base_weight auto chooses on
+  train/      the contrastive run: checkpoints, metrics.jsonl, recipe, summary.json
+  model/      the adapted sentence-transformers directory (unless export.path says elsewhere)
+  adapt.json  what the corpus gave: rows read, documents kept and left out (and why), pairs per method
+Re-running the same command resumes: the pairs are kept when made from the same corpus file and settings
+(anything else is an error, not a silent rebuild over a run that trained on the old ones), and training
+resumes from its newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from neoembed.adapt.corpus import Corpus, CorpusError, read_corpus
+from neoembed.adapt.pairs import make_pairs, write_pairs
+from neoembed.adapt.settings import AdaptSettings
+from neoembed.contrastive import (
+    ContrastiveResult,
+    ContrastiveSettings,
+    ContrastiveTrain,
+    DataSettings,
+    HeldOutSet,
+    run_contrastive,
+)
+from neoembed.recipes import RecipeError
+from neoembed.run_files import write_json
+from neoembed.training import run_lock
+
+PAIRS, SELECTION, TRAIN, MODEL, REPORT = "pairs", "selection", "train", "model", "adapt.json"
+MIN_SELECTION = 20  # pairs a method's selection set needs to rank anything worth choosing on
+
+
+@dataclass(frozen=True)
+class AdaptResult:
+    corpus: dict  # Corpus counts: rows, kept for training and selection, and each reason a row was left out
+    pairs: dict[str, int]  # method -> training pairs made
+    training: ContrastiveResult
+
+
+def pair_config(settings: AdaptSettings) -> dict:
+    """What the pairs are made from: a change in any of it makes other pairs."""
+    corpus = Path(settings.corpus.path).resolve()
+    stat = corpus.stat()
+    return {
+        "corpus": {"file": str(corpus), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns},
+        "corpus_settings": settings.corpus.model_dump(mode="json"),
+        "pairs": settings.pairs.model_dump(mode="json", exclude={"prompts", "alpha"}),
+        "rows": training_rows(settings),
+        "seed": settings.train.seed,
+    }
+
+
+def training_rows(settings: AdaptSettings) -> int:
+    """Pairs per method: what the run's steps draw, methods sampled alike (no pair is made to go unused)."""
+    train = settings.train
+    drawn = -(-train.max_steps * train.batch_size * train.grad_accum // len(settings.pairs.methods))
+    return max(drawn, train.batch_size)
+
+
+def ensure_pairs(out: Path, config: dict, make) -> dict[str, int]:
+    """The pairs in `out` (made by `make()` unless a finished set from the same `config` is there)."""
+    stats_file = out / "stats.json"
+    if stats_file.exists():
+        stats = json.loads(stats_file.read_text(encoding="utf-8"))
+        if stats["config"].get("made_from") != config:
+            raise RecipeError(
+                f"{out} holds pairs made from another corpus or other settings; use another train.output_dir",
+                param="train.output_dir",
+            )
+        return {source: s["rows_out"] for source, s in stats["sources"].items()}
+    pairs, leaked = make()
+    write_pairs(out, pairs, config={"made_from": config}, leaked=leaked)
+    return {method: len(rows) for method, rows in pairs.items()}
+
+
+def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
+    """The methods that made at least `least` pairs (a training source must fill a batch of distinct rows; a
+    selection set must rank something)."""
+    return {method: rows for method, rows in pairs.items() if len(rows) >= least}
+
+
+def selection_sets(selection_dir: Path) -> list[HeldOutSet]:
+    """One selection set per method of the finished selection split in `selection_dir`."""
+    sources = json.loads((selection_dir / "stats.json").read_text(encoding="utf-8"))["sources"]
+    return [
+        HeldOutSet(kind="records", path=str(selection_dir), source=method, name=f"selection-{method}")
+        for method in sources
+    ]
+
+
+def contrastive_settings(settings: AdaptSettings, out: Path) -> ContrastiveSettings:
+    """The contrastive run that adapts: the pairs as its data, the held-out documents' pairs as the selection
+    split its WiSE-FT weight is chosen on (beside the recipe's general sets), the export in <out>/model."""
+    export = settings.export
+    selection = export.selection.model_copy(
+        update={"in_domain": 0, "general": [*selection_sets(out / SELECTION), *export.selection.general]}
+    )
+    return ContrastiveSettings(
+        data=DataSettings(
+            path=str(out / PAIRS), alpha=settings.pairs.alpha, max_negatives=0, prompts=settings.pairs.prompts
+        ),
+        model=settings.model,
+        loss=settings.loss,
+        optim=settings.optim,
+        train=ContrastiveTrain(**{**settings.train.model_dump(), "output_dir": str(out / TRAIN)}),
+        eval=settings.eval,
+        export=export.model_copy(update={"path": export.path or str(out / MODEL), "selection": selection}),
+    )
+
+
+def corpus_counts(corpus: Corpus) -> dict:
+    counts = asdict(corpus)
+    return {
+        "rows": counts.pop("rows"),
+        "train": len(counts.pop("train")),
+        "selection": len(counts.pop("selection")),
+        **counts,
+    }
+
+
+def run_adapt(settings: AdaptSettings) -> AdaptResult:
+    """Adapt `model.base` to the corpus per `settings`; see the module's docstring for what is written."""
+    out = Path(settings.train.output_dir)
+    with run_lock(out):
+        corpus = read_corpus(
+            Path(settings.corpus.path),
+            field=settings.corpus.field,
+            min_words=settings.corpus.min_words,
+            min_documents=settings.corpus.min_documents,
+            selection=settings.corpus.selection,
+            eval_texts=tuple(Path(p) for p in settings.corpus.eval_texts),
+        )
+        config, pairs = pair_config(settings), settings.pairs
+        options = {
+            "seed": settings.train.seed,
+            "crop_ratio": pairs.crop_ratio,
+            "term_words": pairs.term_words,
+        }
+        batch = settings.train.batch_size
+
+        def training_pairs():
+            made = make_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
+            if not (usable := enough(made, batch)):
+                counts = ", ".join(f"{method} {len(rows)}" for method, rows in made.items())
+                raise CorpusError(
+                    f"{settings.corpus.path}: no pair method made a batch of {batch} pairs ({counts}); the "
+                    "documents are too few or too short for these methods",
+                    param="corpus.path",
+                )
+            return usable, corpus.leaked
+
+        made = ensure_pairs(out / PAIRS, config, training_pairs)
+        selection = lambda: (enough(make_pairs(corpus.selection, list(made), **options), MIN_SELECTION), {})  # noqa: E731
+        ensure_pairs(out / SELECTION, config, selection)
+        counts = corpus_counts(corpus)
+        write_json(out / REPORT, {"corpus": counts, "pairs": made})
+    training = run_contrastive(contrastive_settings(settings, out))
+    return AdaptResult(counts, made, training)

@@ -1,0 +1,74 @@
+"""Typed settings of `neoembed adapt`: where the documents are, how pairs are made from them, and the
+contrastive sections (model, loss, optim, train, eval, export) the adaptation trains with."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from neoembed.contrastive import (
+    ContrastiveOptim,
+    ContrastiveTrain,
+    EvalSettings,
+    ExportSettings,
+    LossSettings,
+    ModelSettings,
+    PromptSettings,
+)
+from neoembed.recipes import StrictSettings
+
+Method = Literal["crop", "lead", "terms"]
+
+
+class CorpusSettings(StrictSettings):
+    path: str
+    """The documents: a .txt file (one a line), .jsonl (a JSON object a line) or .parquet file."""
+    field: str = "text"
+    """The text field of a .jsonl or .parquet corpus."""
+    min_words: int = Field(default=8, gt=0)
+    """Shorter documents are left out (a crop of fewer words says little)."""
+    min_documents: int = Field(default=200, gt=0)
+    """Fewer usable documents than this is an error: too few to adapt on, or to select on."""
+    selection: int = Field(default=300, gt=0)
+    """Documents held out as the selection split (at most a fifth of the corpus): their pseudo queries choose
+    the WiSE-FT weight and are scored during training; never trained on, never reported."""
+    eval_texts: list[str] = Field(default_factory=list)
+    """Files of evaluation texts (.txt a line, .jsonl a `text` field) no document may be: such documents are
+    left out and counted, as are FOLDOC's held-out texts (the leakage guard)."""
+
+
+class PairSettings(StrictSettings):
+    """How documents become (query, positive) pairs (`adapt.pairs`)."""
+
+    methods: list[Method] = Field(default_factory=lambda: ["crop", "lead", "terms"], min_length=1)
+    """crop: two random spans of a document; lead: its first sentence -> the rest; terms: its rarest words ->
+    the document. Each is a training source of its own."""
+    crop_ratio: tuple[Annotated[float, Field(gt=0.0, le=1.0)], Annotated[float, Field(gt=0.0, le=1.0)]] = (
+        0.2,
+        0.6,
+    )
+    """Each crop is this share of the document's words, drawn uniformly between the two."""
+    term_words: int = Field(default=2, gt=0)
+    """Words of a terms query."""
+    alpha: float = Field(default=1.0, ge=0.0)
+    """Each step's method is sampled with probability ~ its pairs^alpha."""
+    prompts: dict[str, PromptSettings] = Field(default_factory=dict)
+    """Instruction prompts by method name or `default`, as data.prompts of a contrastive recipe."""
+
+
+class AdaptTrain(ContrastiveTrain):
+    output_dir: str = "runs/adapt"
+    """The run: pairs/, selection/, train/ (checkpoints, metrics.jsonl) and model/ (the adapted embedder)."""
+
+
+class AdaptSettings(StrictSettings):
+    corpus: CorpusSettings
+    pairs: PairSettings = Field(default_factory=PairSettings)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    loss: LossSettings = Field(default_factory=LossSettings)
+    optim: ContrastiveOptim = Field(default_factory=ContrastiveOptim)
+    train: AdaptTrain = Field(default_factory=AdaptTrain)
+    eval: EvalSettings = Field(default_factory=lambda: EvalSettings(sets=[]))
+    """Held-out sets scored before, during and after adapting, besides the selection split."""
+    export: ExportSettings = Field(default_factory=ExportSettings)

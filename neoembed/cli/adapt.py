@@ -1,0 +1,44 @@
+"""`neoembed adapt --model M --corpus F --out D [--recipe R] [--section.field value ...]`: domain adaptation
+on a bare corpus."""
+
+from __future__ import annotations
+
+import typer
+
+from neoembed.adapt import AdaptSettings
+from neoembed.cli.options import Flag, recipe_options
+
+
+@recipe_options(
+    AdaptSettings,
+    default_recipe="adapt-cpu",
+    shortcuts=[
+        Flag("model.base", ("--model",)),
+        Flag("corpus.path", ("--corpus",)),
+        Flag("train.output_dir", ("--out",)),
+        Flag("train.max_steps", ("--steps",)),
+    ],
+)
+def adapt(settings: AdaptSettings) -> None:
+    """Adapt an encoder to your documents, with no labelled pairs: pairs are made from the documents (random
+    crops, first sentence -> rest, rare words -> document), a held-out share of them chooses how much of the
+    base model to keep, and the adapted model is exported as a sentence-transformers directory. Re-running
+    resumes."""
+    from neoembed.adapt import run_adapt
+
+    result = run_adapt(settings)
+    corpus = result.corpus
+    left_out = ", ".join(f"{corpus[k]} {k}" for k in ("empty", "short", "duplicates") if corpus[k])
+    leaked = ", ".join(f"{n} {name} evaluation texts" for name, n in corpus["leaked"].items())
+    typer.echo(
+        f"corpus: {corpus['rows']} rows -> {corpus['train']} documents to adapt on, {corpus['selection']} to "
+        f"select on"
+        + (f" (left out: {', '.join(p for p in (left_out, leaked) if p)})" if left_out or leaked else "")
+    )
+    typer.echo("pairs: " + ", ".join(f"{method} {n}" for method, n in result.pairs.items()))
+    training = result.training
+    typer.echo(f"steps: {training.steps}; base weight kept: {training.base_weight}")
+    for line in training.score_lines():
+        typer.echo(line)
+    if training.export:
+        typer.echo(f"exported: {training.export}")
