@@ -7,6 +7,7 @@ from neoembed.faces import attach_face
 
 if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
     from . import (
+        adapt as adapt,
         backends as backends,
         build_data as build_data,
         contrastive as contrastive,
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         pretrain as pretrain,
         scale as scale,
         serve as serve,
+        tsdae_baseline as tsdae_baseline,
     )
     from .report import (
         Report as Report,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         write_report as write_report,
     )
     from .settings import (
+        AdaptBench as AdaptBench,
         BuildDataBench as BuildDataBench,
         ContrastiveBench as ContrastiveBench,
         EncodeBench as EncodeBench,

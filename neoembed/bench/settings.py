@@ -319,3 +319,27 @@ class OpenaiBench(BenchSettings):
     """torch CPU threads, in the server and for direct encode."""
     out: Path = Path("runs/bench/openai")
     """Directory for openai.json and openai.md."""
+
+
+class AdaptBench(BenchSettings):
+    recipe: str = "adapt-cpu"
+    """neoembed adapt's recipe: a packaged name or a YAML file."""
+    overrides: tuple[str, ...] = ()
+    """KEY=VALUE override of the recipe (e.g. optim.lr=5e-5); repeatable."""
+    model: str = "minilm"
+    """The base model both methods adapt."""
+    packages: int = Field(10_000, ge=100)
+    """Package descriptions in the second corpus."""
+    seeds: int = Field(3, ge=1)
+    """Runs per method, corpus and precision, seeds 0..N-1: a result is their mean, with its spread."""
+    precisions: comma_separated(tuple[Literal["fp32", "bf16"], ...]) = ("fp32",)
+    """train.precision of the runs."""
+    threads: int = Field(2, ge=1)
+    """torch CPU threads, for every run."""
+    fresh: bool = False
+    """Retrain instead of reusing finished runs under --out."""
+    out: Path = Path("runs/bench/adapt")
+    """Directory for adapt.json and .md, the corpora, the runs and their scores."""
+
+    def run_precisions(self) -> tuple[str, ...]:
+        return self.precisions

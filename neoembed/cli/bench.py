@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from neoembed.bench import (
+    AdaptBench,
     BuildDataBench,
     ContrastiveBench,
     EncodeBench,
@@ -116,6 +117,17 @@ def contrastive(settings: ContrastiveBench) -> None:
     from neoembed.bench import contrastive as bench_contrastive
 
     _echo_report(bench_contrastive.run(settings))
+
+
+@app.command("adapt")
+@options_from(AdaptBench, flags=[Flag("overrides", ("--set",))])
+def adapt(settings: AdaptBench) -> None:
+    """neoembed adapt vs plain sentence-transformers TSDAE on two corpora (FOLDOC definitions, Debian package
+    descriptions), same documents, base and CPU minutes: each corpus's held-out retrieval and WordNet's (does
+    the model forget?) beside the base model and BM25, and the goal checks."""
+    from neoembed.bench import adapt as bench_adapt
+
+    _echo_report(bench_adapt.run(settings))
 
 
 @app.command("scale")
