@@ -20,19 +20,18 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from neoembed.bench.report import Report, Row, Table, WrittenReport, rotated, timed, write_report
-from neoembed.bench.settings import EncodeBench, InferenceBackend
+from neoembed.bench.settings import EncodeBench
 from neoembed.probe import lower_encoder, worst_cosine
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-BACKENDS = get_args(InferenceBackend)
 REFERENCE = "torch-fp32"
 ONNX_FILES = {"onnx-fp32": "model.onnx", "onnx-int8": "model_qint8.onnx"}
 K = 10

@@ -44,7 +44,6 @@ MODERNBERT_FIELDS = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128),
     "full": {},
 }
-COMPARISONS = ("modernbert",)
 # Tokens per timed batch: enough work to time well, small enough that the 250M model runs in seconds on CPU;
 # on a GPU enough tokens that the forward is not bound by kernel launches.
 DEFAULT_TOKENS_PER_BATCH = {"tiny": 8192, "full": 2048}
