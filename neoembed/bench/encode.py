@@ -247,7 +247,8 @@ def _measured(label: dict[str, str], case: Case, model, twin, ids, mask, seconds
         figures |= {"neobert path": auto_path(ids, mask, model.dtype),
                     "neobert tok/s": real / seconds["neobert"], "modernbert tok/s": real / seconds["modernbert"],
                     "neobert/modernbert": seconds["modernbert"] / seconds["neobert"],
-                    "modernbert GFLOP/s": twin_flops / 1e9, "modernbert of peak": twin_flops / peak}  # fmt: skip
+                    "modernbert GFLOP/s": twin_flops / 1e9,
+                    "modernbert of peak": twin_flops / peak}  # fmt: skip
     return Row(label, figures)
 
 

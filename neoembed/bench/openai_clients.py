@@ -72,7 +72,7 @@ def run(settings: OpenaiBench) -> WrittenReport:
         Row({"path": f"model.encode (in-process, batch {settings.batch_size})"},
             {"texts/s": len(texts) / direct}),
         Row({"path": served}, {"texts/s": len(texts) / seconds, "ratio": ratio,
-                               "p50 ms": percentile_ms(latencies, 50), "p95 ms": percentile_ms(latencies, 95)}),
+                               **{f"p{q} ms": percentile_ms(latencies, q) for q in (50, 95)}}),
     ]  # fmt: skip
     report = Report(
         name="openai",

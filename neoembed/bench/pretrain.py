@@ -117,8 +117,8 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
         model.compile_layers()
     rows = max(1, budget.tokens // max_length)
     count = warmup_steps + steps
-    common = dict(max_length=max_length, batch_size=rows, num_items=count, seed=0, mask_rate=0.2, mask_mode="mask",
-                  tokenizer=tokenizer)  # fmt: skip
+    common = dict(max_length=max_length, batch_size=rows, num_items=count, seed=0, mask_rate=0.2,
+                  mask_mode="mask", tokenizer=tokenizer)  # fmt: skip
     padded, packed = MLMBatches(corpus, packed=False, **common), MLMBatches(corpus, packed=True, **common)
     varlen = "unpadded, " + varlen_kernel_for(device_type, compute_dtype, importable_kernels())
     # (layout, batches, attention backend): the paper's padded batches computed with their padding, the same
@@ -151,9 +151,11 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
         # ran is low, and would inflate MFU (139.5% was once printed so).
         mfus[name] = mfu = Mfu(flops / seconds, max(peak_before, peak_after))
         results[name] = Row({"layout": name, "attention": "sdpa, padded" if backend == "sdpa" else varlen}, {
-            "real tokens/step": real // steps, "slots/step": slots // steps, "packing efficiency": real / slots,
+            "real tokens/step": real // steps, "slots/step": slots // steps,
+            "packing efficiency": real / slots,
             "tokens/s": real / seconds, "TFLOP/s": flops / seconds / 1e12,
-            "peak TFLOP/s before": peak_before / 1e12, "peak TFLOP/s after": peak_after / 1e12, "MFU": mfu.figure,
+            "peak TFLOP/s before": peak_before / 1e12, "peak TFLOP/s after": peak_after / 1e12,
+            "MFU": mfu.figure,
         }, note=None if mfu.possible else f"MFU: {mfu.text()}")  # fmt: skip
         progress(f"{name}: {real / seconds:,.0f} real tokens/s, MFU {mfu.text()}")
 
@@ -165,10 +167,11 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
         f"; the target is {TARGET_MFU:.0%} on an H100 in bf16 at 1024 tokens" if device_type == "cuda" else ""
     )
     verdicts = [
-        f"packed/padded real tokens/s = {speedup:.2f}x ({meets(speedup >= TARGET_SPEEDUP)} the {TARGET_SPEEDUP}x "
-        "target)",
+        f"packed/padded real tokens/s = {speedup:.2f}x "
+        f"({meets(speedup >= TARGET_SPEEDUP)} the {TARGET_SPEEDUP}x target)",
         f"padded through the unpadded path / padded = {unpadded_speedup:.2f}x",
-        f"packed MFU = {mfus['packed'].text()} of {peak / 1e12:,.3g} TFLOP/s ({peak_source}{remeasured}){target}",
+        f"packed MFU = {mfus['packed'].text()} of {peak / 1e12:,.3g} TFLOP/s "
+        f"({peak_source}{remeasured}){target}",
         f"|loss(packed) - loss(same sequences padded)| = {loss_gap:.1e}",
     ]
     settings = dict(config=config_name, max_length=max_length, token_budget=budget.tokens,

@@ -167,13 +167,14 @@ def run(settings: ScaleBench) -> WrittenReport:
         if job == "build-data":
             verdicts.append(
                 f"{one['job']}: {settings.ranks} ranks encode {scaling:.2f}x the texts/s of 1 "
-                f"({meets(scaling >= TARGET_ENCODE_SPEEDUP)} the {TARGET_ENCODE_SPEEDUP}x target for 2 ranks of 1 "
-                "thread)"
+                f"({meets(scaling >= TARGET_ENCODE_SPEEDUP)} the {TARGET_ENCODE_SPEEDUP}x target "
+                "for 2 ranks of 1 thread)"
             )
         else:
             verdicts.append(
-                f"{one['job']}: each of {settings.ranks} ranks runs at {scaling:.2f} of one rank's rate; the rest "
-                "is the step's all-reduce (and, on a machine with as many cores as ranks, the cores shared)"
+                f"{one['job']}: each of {settings.ranks} ranks runs at {scaling:.2f} of one rank's rate; "
+                "the rest is the step's all-reduce (and, on a machine with as many cores as ranks, the cores "
+                "shared)"
             )
     report = Report(
         name="scale",

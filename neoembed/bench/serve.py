@@ -230,13 +230,15 @@ class ModelResult:
         served, wall = self.served[backend], self.served[backend].best[0]
         figures = {"ratio": self.best_direct / wall, "health_p50_ms": percentile_ms(served.health, 50),
                    "health_p95_ms": percentile_ms(served.health, 95), "health_probes": len(served.health),
-                   "server_s": [w for w, _ in served.rounds], "faults": served.faults, **served.fidelity}  # fmt: skip
+                   "server_s": [w for w, _ in served.rounds], "faults": served.faults,
+                   **served.fidelity}  # fmt: skip
         if inference_backends.REFERENCE in self.served:
             figures["vs_fp32_server"] = self.served[inference_backends.REFERENCE].best[0] / wall
         return figures
 
     def rows(self, settings: ServeBench, inputs: int) -> list[Row]:
         label = {"model": self.label}
+        clients = f"{settings.clients} clients x {settings.texts_per_request} texts/request"
         rows = [
             Row({**label, "path": f"model.encode (in-process, batch {size})"},
                 {"texts/s": inputs / min(times), "tokens/s": self.tokens / min(times),
@@ -245,8 +247,7 @@ class ModelResult:
         ]  # fmt: skip
         for backend, served in self.served.items():
             (wall, latencies), figures, faults = served.best, self.figures(backend), served.faults
-            path = f"neoembed serve {backend}, {settings.clients} clients x {settings.texts_per_request} texts/request"
-            rows.append(Row({**label, "path": path}, {
+            rows.append(Row({**label, "path": f"neoembed serve {backend}, {clients}"}, {
                 "texts/s": inputs / wall, "tokens/s": self.tokens / wall, "ratio": figures["ratio"],
                 **({"vs fp32 server": figures["vs_fp32_server"]} if "vs_fp32_server" in figures else {}),
                 **{f"p{q} ms": percentile_ms(latencies, q) for q in (50, 95, 99)},
