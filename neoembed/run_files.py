@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from neoembed.errors import InputError, naming
 
@@ -73,6 +74,11 @@ def append_jsonl(path: Path, record: dict) -> None:
     """Append `record` as one JSON line: what every neoembed log file (metrics, build and index logs) holds."""
     with Path(path).open("a", encoding="utf-8") as out:
         out.write(json.dumps(record) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every record of a JSONL log, in order (blank lines skipped)."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @contextmanager

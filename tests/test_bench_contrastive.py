@@ -196,6 +196,7 @@ def test_overriding_a_shared_field_is_refused(tmp_path):
 
 def test_an_arm_linked_in_from_another_bench_is_reused_or_replaced_never_trained_over(tmp_path):
     from neoembed.bench.contrastive import recipe_identity, reuse_or_train
+    from neoembed.bench.st_baseline import Trained
     from neoembed.contrastive import ContrastiveSettings
 
     def recipe(out: Path, lr: float = 1e-4) -> dict:
@@ -206,14 +207,16 @@ def test_an_arm_linked_in_from_another_bench_is_reused_or_replaced_never_trained
     other, here = tmp_path / "other" / "arm", tmp_path / "here" / "arm"
     # A marker as written before arms were identified without their location.
     written = {"recipe": recipe(other), "data": "x"}
-    reuse_or_train(other, written, False, lambda: (other.mkdir(parents=True), {"steps": 3})[1])
+    reuse_or_train(other, written, False, lambda: (other.mkdir(parents=True), Trained(3, 0.5, "m"))[1])
     here.parent.mkdir()
     here.symlink_to(other)
     # Where an arm is written is not what it trains: the same recipe elsewhere reuses it.
     same = {"recipe": recipe_identity(recipe(here)), "data": "x"}
-    assert reuse_or_train(here, same, False, lambda: pytest.fail("retrained")) == {"steps": 3, "reused": True}
+    assert reuse_or_train(here, same, False, lambda: pytest.fail("retrained")) == Trained(
+        3, 0.5, "m", reused=True
+    )
     # Another recipe trains a run of its own in place of the link, and the linked run stays as it was.
     changed = {"recipe": recipe_identity(recipe(here, lr=2e-4)), "data": "x"}
-    result = reuse_or_train(here, changed, False, lambda: (here.mkdir(), {"steps": 4})[1])
-    assert result == {"steps": 4} and not here.is_symlink()
-    assert json.loads((other / "bench-run.json").read_text())["result"] == {"steps": 3}
+    result = reuse_or_train(here, changed, False, lambda: (here.mkdir(), Trained(4, 0.5, "m"))[1])
+    assert result == Trained(4, 0.5, "m") and not here.is_symlink()
+    assert json.loads((other / "bench-run.json").read_text())["result"]["steps"] == 3

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     )
     from .report import (
         Report as Report,
+        Row as Row,
         Table as Table,
         WrittenReport as WrittenReport,
         write_report as write_report,

@@ -18,19 +18,20 @@ so machine noise affects all backends alike: texts/s and p50/p95 seconds per bat
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
-from neoembed.bench.settings import EncodeBench, InferenceBackend
+from neoembed.bench.report import Report, Row, Table, WrittenReport, rotated, timed, write_report
+from neoembed.bench.settings import EncodeBench
 from neoembed.probe import lower_encoder, worst_cosine
 
-BACKENDS = get_args(InferenceBackend)
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
 REFERENCE = "torch-fp32"
 ONNX_FILES = {"onnx-fp32": "model.onnx", "onnx-int8": "model_qint8.onnx"}
 K = 10
@@ -85,7 +86,9 @@ def onnx_export(model_name: str, export_dir: Path) -> Path:
     return export_dir
 
 
-def load_backends(model_name: str, backends: list[str], export_dir: Path, threads: int) -> dict:
+def load_backends(
+    model_name: str, backends: list[str], export_dir: Path, threads: int
+) -> dict[str, SentenceTransformer]:
     from neoembed.embedder import load_embedder
     from neoembed.onnx_backend import load_onnx_embedder
 
@@ -121,8 +124,9 @@ def retrieval_recall(probe: Probe, vectors: np.ndarray) -> float:
     return float(np.mean([gold in row for gold, row in zip(probe.gold, top)]))
 
 
-def fidelity(probe: Probe, reference: np.ndarray, candidate: np.ndarray) -> dict:
-    """How far `candidate`'s vectors of `probe.texts` are from `reference`'s (both in probe order)."""
+def fidelity(probe: Probe, reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
+    """How far `candidate`'s vectors of `probe.texts` are from `reference`'s (both in probe order): figures
+    by name, for a bench's rows."""
     cosine = worst_cosine(reference, candidate)
     reference, candidate = _normalised(reference), _normalised(candidate)  # inner-product search = cosine
     n = len(probe.documents)
@@ -140,52 +144,37 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
     torch.set_num_threads(settings.threads)
     probe = wordnet_probe(settings.texts)
     skipped = {b: reason for b in settings.backends if (reason := skip_reason(b))}
-    timed = [b for b in settings.backends if b not in skipped]
-    models = load_backends(settings.model, timed, settings.out / "export", settings.threads)
-    texts = probe.documents
-    batches = [texts[i : i + settings.batch_size] for i in range(0, len(texts), settings.batch_size)]
+    running = [b for b in settings.backends if b not in skipped]
+    models = load_backends(settings.model, running, settings.out / "export", settings.threads)
+    texts, size = probe.documents, settings.batch_size
+    batches = [texts[i : i + size] for i in range(0, len(texts), size)]
 
-    def encode(backend, texts):
-        return models[backend].encode(texts, batch_size=settings.batch_size, normalize_embeddings=True)
+    def encode(backend: str, texts: list[str]) -> np.ndarray:
+        return models[backend].encode(texts, batch_size=size, normalize_embeddings=True)
 
-    vectors = {b: encode(b, probe.texts) for b in {*timed, REFERENCE}}
-    latencies = {b: [] for b in timed}
+    vectors = {b: encode(b, probe.texts) for b in {*running, REFERENCE}}
+    latencies = {b: [] for b in running}
     for rep in range(settings.repeats):
-        for backend in timed[rep % len(timed) :] + timed[: rep % len(timed)]:
-            for batch in batches:
-                start = time.perf_counter()
-                encode(backend, batch)
-                latencies[backend].append(time.perf_counter() - start)
-            progress(
-                f"pass {rep + 1}/{settings.repeats} {backend}: {sum(latencies[backend][-len(batches) :]):.1f} s"
-            )
+        for backend in rotated(running, rep):
+            latencies[backend] += [timed(lambda b=batch, k=backend: encode(k, b)) for batch in batches]
+            passed = sum(latencies[backend][-len(batches) :])
+            progress(f"pass {rep + 1}/{settings.repeats} {backend}: {passed:.1f} s")
     rows = []
     for backend in settings.backends:
         if backend in skipped:
-            rows.append({"backend": backend, "skipped": skipped[backend]})
+            rows.append(Row({"backend": backend}, note=f"skipped: {skipped[backend]}"))
             continue
-        seconds = np.array(latencies[backend])
-        rows.append(
-            {
-                "backend": backend,
-                "texts/s": len(texts) * settings.repeats / seconds.sum(),
-                "p50 s/batch": float(np.percentile(seconds, 50)),
-                "p95 s/batch": float(np.percentile(seconds, 95)),
-                **fidelity(probe, vectors[REFERENCE], vectors[backend]),
-            }
-        )
-    base = next((r["texts/s"] for r in rows if r["backend"] == REFERENCE), None)
-    for row in rows:
-        if base and "texts/s" in row:
-            row["vs torch-fp32"] = row["texts/s"] / base
-    described = dict(
-        model=settings.model,
-        texts=len(texts),
-        queries=len(probe.queries),
-        batch_size=settings.batch_size,
-        repeats=settings.repeats,
-        threads=settings.threads,
-    )
+        spent = np.array(latencies[backend])
+        rows.append(Row({"backend": backend}, {
+            "texts/s": len(texts) * settings.repeats / spent.sum(),
+            "p50 s/batch": float(np.percentile(spent, 50)), "p95 s/batch": float(np.percentile(spent, 95)),
+            **fidelity(probe, vectors[REFERENCE], vectors[backend]),
+        }))  # fmt: skip
+    if REFERENCE in running:
+        base = rows[settings.backends.index(REFERENCE)]["texts/s"]
+        rows = [row if row.note else row.adding({"vs torch-fp32": row["texts/s"] / base}) for row in rows]
+    described = dict(model=settings.model, texts=len(texts), queries=len(probe.queries), batch_size=size,
+                     repeats=settings.repeats, threads=settings.threads)  # fmt: skip
     report = Report(
         name="encode-backends",
         title="neoembed bench encode --backends",
@@ -195,8 +184,8 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
             f"gloss's {K} nearest glosses, and retrieval recall@{K} of the example-sentence queries with its "
             "change."
         ],
-        tables=[Table([r for r in rows if "skipped" not in r])],
-        verdicts=[f"{r['backend']} skipped: {r['skipped']}" for r in rows if "skipped" in r],
+        tables=[Table([row for row in rows if not row.note])],
+        verdicts=[f"{row['backend']} {row.note}" for row in rows if row.note],
         payload={"settings": described, "rows": rows},
     )
     return write_report(report, settings.out)

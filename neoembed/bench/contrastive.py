@@ -23,17 +23,20 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
+from neoembed.bench import st_baseline
+from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import ContrastiveBench
+from neoembed.bench.st_baseline import Trained
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
 from neoembed.recipes import field_path, load_recipe
-from neoembed.run_files import METRICS_FILE, write_json
+from neoembed.run_files import METRICS_FILE, read_jsonl, write_json
 
 EXAMPLE_TASK = "WordNetExampleDefinitionRetrieval"
 LEMMA_TASK = "WordNetDefinitionRetrieval"
@@ -50,6 +53,7 @@ FOLDOC_GAIN = 0.01  # mean over runs on the cross-source set (and no run below t
 EXAMPLE_GAIN = 0.08  # mean over runs on WordNet example -> definition
 # A score exactly at a bound meets it despite float rounding.
 EPSILON = 1e-9
+Scores = dict[str, dict[str, float | None]]  # model label -> task -> main score in [0, 1]
 METHODS = {"neoembed": "neoembed", "st": "ST MNRL"}  # method -> its label in the tables
 # The paired differences reported per group: method minus other (None: the base model).
 COMPARISONS = (("neoembed", None), ("st", None), ("neoembed", "st"))
@@ -112,9 +116,7 @@ def relative(score: float | None, reference: float | None) -> float | None:
     return score / reference - 1 if score is not None and reference else None
 
 
-def goal_checks(
-    scores: dict[str, dict[str, float | None]], base: str, runs: list[str], versus_st
-) -> list[Check]:
+def goal_checks(scores: Scores, base: str, runs: list[str], versus_st) -> list[Check]:
     """The recipe's targets over `scores` (label -> task -> main score in [0, 1]) of the base model and the
     recipe's `runs` (every seed and precision), and `versus_st`: the paired difference (a
     `significance.Difference`, or None) of the recipe's seed-averaged scores minus the baseline's, on the
@@ -178,7 +180,9 @@ def data_identity(data: Path) -> str:
     return hashlib.sha256(stats.read_bytes()).hexdigest()[:16]
 
 
-def reuse_or_train(run_dir: Path, identity: dict, fresh: bool, train: Callable[[], dict]) -> dict:
+def reuse_or_train(
+    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], Trained]
+) -> Trained:
     """The result recorded by a finished run in `run_dir` with the same `identity`, else train afresh (a
     resumed run would get a second time budget). `run_dir` may be a link to a run of another bench directory
     (reused from there; replaced by a fresh run of its own, never trained over)."""
@@ -189,12 +193,12 @@ def reuse_or_train(run_dir: Path, identity: dict, fresh: bool, train: Callable[[
         if "recipe" in recorded["identity"]:  # markers written before 2026-11-26 also held the arm's location
             recorded["identity"]["recipe"] = recipe_identity(recorded["identity"]["recipe"])
         if recorded["identity"] == identity:
-            return {**recorded["result"], "reused": True}
+            return replace(Trained(**recorded["result"]), reused=True)
     if run_dir.is_symlink():
         run_dir.unlink()
     shutil.rmtree(run_dir, ignore_errors=True)
     result = train()
-    write_json(marker, {"identity": identity, "result": result})
+    write_json(marker, {"identity": identity, "result": asdict(result)})
     return result
 
 
@@ -227,7 +231,7 @@ def neoembed_settings(
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
 
 
-def recipe_identity(recipe: dict) -> dict:
+def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
     """What a neoembed arm trains (its recipe, dumped), not where it is written: a bench directory renamed,
     or an arm linked in from another one, is reused."""
     train = {k: v for k, v in recipe["train"].items() if k != "output_dir"}
@@ -235,27 +239,17 @@ def recipe_identity(recipe: dict) -> dict:
     return {**recipe, "train": train, "export": export}
 
 
-def train_neoembed(settings) -> dict:
+def train_neoembed(settings: ContrastiveSettings) -> Trained:
     from neoembed.contrastive import run_contrastive
 
     result = run_contrastive(settings)
-    return {
-        "steps": result.steps,
-        "train_minutes": trainer_runtime(Path(settings.train.output_dir) / METRICS_FILE) / 60,
-        "export": result.export,
-        "eval_before": result.eval_before,
-        "eval_after": result.eval_after,
-    }
-
-
-def trainer_runtime(metrics: Path) -> float:
-    """Seconds of `trainer.train()` as the Trainer logged them at the end (in-training evaluations included)."""
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return next(r["train_runtime"] for r in reversed(records) if "train_runtime" in r)
+    metrics = read_jsonl(Path(settings.train.output_dir) / METRICS_FILE)
+    # Seconds of `trainer.train()` as the Trainer logged them at the end (in-training evaluations included).
+    seconds = next(r["train_runtime"] for r in reversed(metrics) if "train_runtime" in r)
+    return Trained(result.steps, seconds / 60, result.export, result.eval_before, result.eval_after)
 
 
 def run(bench: ContrastiveBench) -> WrittenReport:
-    from neoembed.bench import st_baseline
     from neoembed.evaluation import LOCAL_TASKS, EvalSettings, resolve_models, run_evaluation
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import parse_overrides
@@ -275,7 +269,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     methods = ["neoembed", "st"] + (["neobert"] if bench.neobert else [])
     arms = [Arm(m, p, seed) for p in precisions for seed in range(bench.seeds) for m in methods]
 
-    def train(arm: Arm) -> dict:
+    def train(arm: Arm) -> Trained:
         budget = st_baseline.Budget(steps, bench.minutes, arm.seed, arm.precision)
         run_dir = out_dir / arm.name
         if arm.method == "st":
@@ -304,7 +298,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         models["NeoBERT (base)"] = (bench.neobert, None, None)
     for arm in arms:
         from_base = "NeoBERT (base)" if arm.method == "neobert" else base_row
-        models[arm.label(name)] = (runs[arm.name]["export"], from_base, arm.name)
+        models[arm.label(name)] = (runs[arm.name].export, from_base, arm.name)
     eval_settings = EvalSettings(max_length=128)
     # The base model first: the harness's paired differences are against the first model.
     order = [base_row, *(label for label in models if label != base_row)]
@@ -357,7 +351,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
             "summary": summary_rows,
             "differences": difference_rows,
             "scores": scores,
-            "checks": [asdict(check) for check in checks],
+            "checks": checks,
             "runs": runs,
             "data": str(data),
             "recipe": str(recipe),
@@ -393,21 +387,26 @@ class SeedAverages:
     def labels(self, members: list[Arm], method: str) -> list[str]:
         return [arm.label(self.base_name) for arm in members if arm.method == method]
 
-    def rows(self, group: str, members: list[Arm], scores: dict) -> list[dict]:
-        rows = [{"group": group, "model": self.base_row,
-                 **{column: f"{scores[self.base_row][task]:.4f}" for task, column in COLUMNS.items()}}]  # fmt: skip
+    def rows(self, group: str, members: list[Arm], scores: Scores) -> list[Row]:
+        base = {column: f"{scores[self.base_row][task]:.4f}" for task, column in COLUMNS.items()}
+        rows = [Row({"group": group, "model": self.base_row}, base)]
         for method in dict.fromkeys(arm.method for arm in members):
             labels = self.labels(members, method)
-            row = {"group": group, "model": f"{METHODS.get(method, 'NeoBERT neoembed')} x {len(labels)}"}
-            for task, column in COLUMNS.items():
+
+            def cell(task: str, method: str = method, labels: list[str] = labels) -> str:
                 values = [scores[label].get(task) for label in labels]
                 if any(v is None for v in values):
-                    row[column] = "missing"
-                    continue
+                    return "missing"
                 mean, reference = sum(values) / len(values), scores[self.base_row].get(task)
                 change = f" ({mean / reference - 1:+.1%})" if reference and method != "neobert" else ""
-                row[column] = f"{mean:.4f}{change} [{min(values):.4f}, {max(values):.4f}]"
-            rows.append(row)
+                return f"{mean:.4f}{change} [{min(values):.4f}, {max(values):.4f}]"
+
+            model = f"{METHODS.get(method, 'NeoBERT neoembed')} x {len(labels)}"
+            rows.append(
+                Row(
+                    {"group": group, "model": model}, {column: cell(task) for task, column in COLUMNS.items()}
+                )
+            )
         return rows
 
     def versus_st(self, group: str, members: list[Arm]):
@@ -438,14 +437,14 @@ class SeedAverages:
         }
         return compare_pair(method, other or "base", rows)
 
-    def differences(self, group: str, members: list[Arm]) -> list[dict]:
+    def differences(self, group: str, members: list[Arm]) -> list[Row]:
         out = []
         for (method, other), compared in self.comparisons(group, members).items():
             found = {d.row: d for d in compared}
             name = f"{METHODS[method]} - {METHODS[other] if other else 'base'}"
-            out.append({"group": group, "comparison": name,
-                        **{column: difference_cell(found.get(task)) for task, column in COLUMNS.items()},
-                        "mean": difference_cell(found.get("Average"))})  # fmt: skip
+            out.append(Row({"group": group, "comparison": name},
+                           {**{column: difference_cell(found.get(task)) for task, column in COLUMNS.items()},
+                            "mean": difference_cell(found.get("Average"))}))  # fmt: skip
         return out
 
 
@@ -458,7 +457,7 @@ def difference_cell(d) -> str:
     return f"{100 * d.difference:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}]{star}"
 
 
-def table_row(label: str, scores: dict, from_base: str | None, trained: dict | None) -> dict:
+def table_row(label: str, scores: Scores, from_base: str | None, trained: Trained | None) -> Row:
     """One model's scores; a fine-tuned model's cells also give the relative change vs its base."""
 
     def cell(task: str) -> str:
@@ -468,9 +467,8 @@ def table_row(label: str, scores: dict, from_base: str | None, trained: dict | N
         reference = scores[from_base].get(task) if from_base else None
         return f"{score:.4f} ({score / reference - 1:+.1%})" if reference else f"{score:.4f}"
 
-    return {
-        "model": label,
+    return Row({"model": label}, {
         **{column: cell(task) for task, column in COLUMNS.items()},
-        "steps": trained["steps"] if trained else "",
-        "train minutes": f"{trained['train_minutes']:.1f}" if trained else "",
-    }
+        "steps": trained.steps if trained else "",
+        "train minutes": f"{trained.train_minutes:.1f}" if trained else "",
+    })  # fmt: skip

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, rotated, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import padded_width
@@ -43,7 +44,6 @@ MODERNBERT_FIELDS = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128),
     "full": {},
 }
-COMPARISONS = ("modernbert",)
 # Tokens per timed batch: enough work to time well, small enough that the 250M model runs in seconds on CPU;
 # on a GPU enough tokens that the forward is not bound by kernel launches.
 DEFAULT_TOKENS_PER_BATCH = {"tiny": 8192, "full": 2048}
@@ -53,6 +53,7 @@ COMPARE_LENGTHS = [512, 1024, 2048, 4096]
 TARGET_SPEEDUP = 1.4  # unpadded >= 1.4x padded real tokens/s on the mixed batch
 TARGET_VS_MODERNBERT = 1.47  # the paper: NeoBERT 46.7% faster than ModernBERT at 4096 tokens
 TARGET_SHARE_OF_PEAK = 0.5  # the 250M model's bf16 forward on CPU
+Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, mask) -> last hidden state
 
 
 @dataclass
@@ -121,7 +122,7 @@ def modernbert_forward_flops(config, lengths: list[int]) -> float:
     return 2 * len(kinds) * per_layer * sum(lengths) + 4 * hidden * sum(keys[kind] for kind in kinds)
 
 
-def _neobert_forward(model: NeoBERTModel, backend: str):
+def _neobert_forward(model: NeoBERTModel, backend: str) -> Forward:
     def forward(ids, mask):
         model.config.attn_backend = backend
         return model(ids, attention_mask=mask).last_hidden_state
@@ -129,19 +130,18 @@ def _neobert_forward(model: NeoBERTModel, backend: str):
     return forward
 
 
-def _modernbert_forward(model):
+def _modernbert_forward(model) -> Forward:
     def forward(ids, mask):
         return model(input_ids=ids, attention_mask=mask).last_hidden_state
 
     return forward
 
 
-def time_paths(paths: dict, ids, mask, repeats: int, device: str) -> dict[str, float]:
+def time_paths(paths: dict[str, Forward], ids, mask, repeats: int, device: str) -> dict[str, float]:
     """Best-of-`repeats` seconds per forward for each path, interleaved in rotating order."""
-    names = list(paths)
-    best = dict.fromkeys(names, float("inf"))
+    best = dict.fromkeys(paths, float("inf"))
     for rep in range(repeats):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+        for name in rotated(list(paths), rep):
             synchronize(device)
             start = time.perf_counter()
             paths[name](ids, mask)
@@ -179,14 +179,13 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
         dtypes = ("fp32", "bf16") if bf16_hardware else ("fp32",)
     elif "bf16" in dtypes and not bf16_hardware:
         progress(f"note: bf16 has no matrix units on this {device}; torch emulates it, far slower than fp32")
-    repeats, compare, tokens_per_batch = settings.repeats, settings.compare, settings.tokens_per_batch
     torch.set_num_threads(settings.threads)
-    lengths = list(settings.lengths) or (COMPARE_LENGTHS if compare else DEFAULT_LENGTHS)
+    lengths = list(settings.lengths) or (COMPARE_LENGTHS if settings.compare else DEFAULT_LENGTHS)
     rows, attention, peaks = [], {}, {}
     for config_name in settings.configs:
         model = NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
-        twin = build_modernbert(config_name, device) if compare else None
-        budget = tokens_per_batch or (
+        twin = build_modernbert(config_name, device) if settings.compare else None
+        budget = settings.tokens_per_batch or (
             GPU_TOKENS_PER_BATCH if device.startswith("cuda") else DEFAULT_TOKENS_PER_BATCH[config_name]
         )
         cases = build_cases(lengths, budget, model.config.max_length, seed=0, mixed_range=settings.mixed)
@@ -212,84 +211,69 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                     forward(warm_ids, warm_mask)
                 for case in cases:
                     ids, mask = make_batch(case.lengths, model.config.vocab_size, device, seed=1)
-                    seconds = time_paths(paths, ids, mask, repeats, device)
-                    row = {
-                        "config": config_name,
-                        "case": case.name,
-                        "dtype": dtype_name,
-                        "batch": len(case.lengths),
-                        "real tokens": int(mask.sum()),
-                        "padded tokens": ids.numel(),
-                    }
-                    neobert_seconds = min(seconds[p] for p in paths if p != "modernbert")
-                    flops = forward_flops(model.config, sum(case.lengths), sum(n * n for n in case.lengths))
-                    row["neobert GFLOP/s"] = flops / neobert_seconds / 1e9
-                    row["of peak"] = flops / neobert_seconds / peaks[dtype_name][0]
-                    if twin is None:
-                        row |= _paths_row(model, ids, mask, seconds)
-                        line = (
-                            f"padded {row['padded tok/s']:,.0f} tok/s, unpadded {row['unpadded tok/s']:,.0f}"
-                        )
-                    else:
-                        row |= _comparison_row(ids, mask, dtype, seconds)
-                        twin_flops = (
-                            modernbert_forward_flops(twin.config, case.lengths) / seconds["modernbert"]
-                        )
-                        row["modernbert GFLOP/s"] = twin_flops / 1e9
-                        row["modernbert of peak"] = twin_flops / peaks[dtype_name][0]
-                        line = f"NeoBERT {row['neobert tok/s']:,.0f} tok/s, ModernBERT {row['modernbert tok/s']:,.0f}"
-                    rows.append(row)
-                    progress(f"{config_name} {case.name} {dtype_name}: {line} tok/s")
+                    seconds = time_paths(paths, ids, mask, settings.repeats, device)
+                    label = {"config": config_name, "case": case.name, "dtype": dtype_name}
+                    peak = peaks[dtype_name][0]
+                    rows.append(_measured(label, case, model, twin, ids, mask, seconds, peak))
+                    tok_s = [f"{path} {rows[-1][f'{path} tok/s']:,.0f}" for path in paths]
+                    progress(f"{config_name} {case.name} {dtype_name}: {', '.join(tok_s)} tok/s")
         del model, twin
-    described = dict(repeats=repeats, threads=settings.threads, device=_device_name(device), compare=compare)
+    described = dict(
+        repeats=settings.repeats,
+        threads=settings.threads,
+        device=_device_name(device),
+        compare=settings.compare,
+    )
     described_peaks = {
         dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()
     }
     return write_report(_report(rows, attention, described_peaks, **described), settings.out)
 
 
-def _paths_row(model, ids, mask, seconds: dict) -> dict:
-    real_tokens = int(mask.sum())
-    return {
-        "padded tok/s": real_tokens / seconds["padded"],
-        "unpadded tok/s": real_tokens / seconds["unpadded"],
-        "speedup": seconds["padded"] / seconds["unpadded"],
-        "max |diff|": max_path_difference(model, ids, mask),
-    }
-
-
-def _comparison_row(ids, mask, dtype, seconds: dict) -> dict:
-    real_tokens = int(mask.sum())
-    return {
-        "neobert path": auto_path(ids, mask, dtype),
-        "neobert tok/s": real_tokens / seconds["neobert"],
-        "modernbert tok/s": real_tokens / seconds["modernbert"],
-        "neobert/modernbert": seconds["modernbert"] / seconds["neobert"],
-    }
+def _measured(label: dict[str, str], case: Case, model, twin, ids, mask, seconds: dict, peak: float) -> Row:
+    """A case's row: real tokens/s of each path, NeoBERT's model GFLOP/s on its faster path and its share of
+    `peak`; with no ModernBERT, the padded path's speed-up and difference, else the ratio and ModernBERT's."""
+    real = int(mask.sum())
+    neobert_seconds = min(seconds[p] for p in seconds if p != "modernbert")
+    flops = forward_flops(model.config, sum(case.lengths), sum(n * n for n in case.lengths)) / neobert_seconds
+    figures = {"batch": len(case.lengths), "real tokens": real, "padded tokens": ids.numel(),
+               "neobert GFLOP/s": flops / 1e9, "of peak": flops / peak}  # fmt: skip
+    if twin is None:
+        figures |= {"padded tok/s": real / seconds["padded"], "unpadded tok/s": real / seconds["unpadded"],
+                    "speedup": seconds["padded"] / seconds["unpadded"],
+                    "max |diff|": max_path_difference(model, ids, mask)}  # fmt: skip
+    else:
+        twin_flops = modernbert_forward_flops(twin.config, case.lengths) / seconds["modernbert"]
+        figures |= {"neobert path": auto_path(ids, mask, model.dtype),
+                    "neobert tok/s": real / seconds["neobert"], "modernbert tok/s": real / seconds["modernbert"],
+                    "neobert/modernbert": seconds["modernbert"] / seconds["neobert"],
+                    "modernbert GFLOP/s": twin_flops / 1e9,
+                    "modernbert of peak": twin_flops / peak}  # fmt: skip
+    return Row(label, figures)
 
 
 def _device_name(device: str) -> str:
     return torch.cuda.get_device_name(device) if device.startswith("cuda") else device
 
 
-def _share_of_peak(row: dict, device: str) -> str:
+def _share_of_peak(row: Row, device: str) -> str:
     """The row's GFLOP/s as a share of its dtype's peak; for bf16 on a CPU, against the 50% target."""
     share = (
         f"NeoBERT at {row['neobert GFLOP/s']:,.0f} GFLOP/s, {row['of peak']:.0%} of the {row['dtype']} peak"
     )
     if row["dtype"] == "bf16" and device == "cpu":
-        met = "meets" if row["of peak"] >= TARGET_SHARE_OF_PEAK else "MISSES"
+        met = meets(row["of peak"] >= TARGET_SHARE_OF_PEAK)
         share += f" ({met} the {TARGET_SHARE_OF_PEAK:.0%} target for bf16 on CPU)"
     return share
 
 
-def _report(rows: list[dict], attention: dict, peaks: dict, **settings) -> Report:
+def _report(rows: list[Row], attention: dict[str, str], peaks: dict[str, str], **settings) -> Report:
     verdicts = [
         f"{r['config']}: mixed-length fp32 unpadded/padded = {r['speedup']:.2f}x "
-        f"({'meets' if r['speedup'] >= TARGET_SPEEDUP else 'MISSES'} the {TARGET_SPEEDUP}x target; "
+        f"({meets(r['speedup'] >= TARGET_SPEEDUP)} the {TARGET_SPEEDUP}x target; "
         f"max |diff| {r['max |diff|']:.1e})"
         for r in rows
-        if "speedup" in r and r["case"].startswith("mixed") and r["dtype"] == "fp32"
+        if r.get("speedup") and r["case"].startswith("mixed") and r["dtype"] == "fp32"
     ]
     verdicts += [
         f"full {r['case']} {r['dtype']}: {_share_of_peak(r, settings['device'])}"
@@ -300,7 +284,7 @@ def _report(rows: list[dict], attention: dict, peaks: dict, **settings) -> Repor
         f"{r['config']} {r['case']} {r['dtype']}: NeoBERT ({r['neobert path']}) / ModernBERT = "
         f"{r['neobert/modernbert']:.2f}x (the paper reports {TARGET_VS_MODERNBERT}x at 4096 tokens on GPU)"
         for r in rows
-        if "neobert/modernbert" in r and (r["case"] == "fixed 4096" or r["case"].startswith("mixed"))
+        if r.get("neobert/modernbert") and (r["case"] == "fixed 4096" or r["case"].startswith("mixed"))
     ]
     return Report(
         name="encode",

@@ -22,12 +22,13 @@ import numpy as np
 import yaml
 
 from neoembed.bench.gpu_stages import Sizes, Stage, corpus_path, plan, sizes_for
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import GpuBench
 from neoembed.extras import install_hint
-from neoembed.run_files import write_text
+from neoembed.run_files import read_jsonl, write_text
 
 STAGE_FILE = "stage.json"
+Figures = dict[str, float | int | None]  # a stage's figures by name (test counts, training rates)
 MIN_STAGE_SECONDS = 30  # a stage with less time left than this is not started
 
 
@@ -39,14 +40,14 @@ class StageResult:
     seconds: float
     command: list[str]
     reason: str | None = None  # why it was skipped, failed or timed out
-    figures: dict = field(default_factory=dict)  # what the stage measured beyond its own report files
+    figures: Figures = field(default_factory=dict)  # what the stage measured beyond its own report files
 
     @classmethod
     def read(cls, path: Path) -> StageResult:
         return cls(**json.loads(path.read_text()))
 
 
-def environment(dry_run: bool, sizes: Sizes) -> dict:
+def environment(dry_run: bool, sizes: Sizes) -> dict[str, object]:
     """The GPU, torch and CUDA versions and the attention kernels the figures were measured with."""
     import torch
 
@@ -64,82 +65,14 @@ def environment(dry_run: bool, sizes: Sizes) -> dict:
     }
 
 
-WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "was",
-    "for",
-    "on",
-    "that",
-    "with",
-    "as",
-    "by",
-    "at",
-    "from",
-    "his",
-    "an",
-    "were",
-    "are",
-    "which",
-    "this",
-    "be",
-    "or",
-    "has",
-    "had",
-    "not",
-    "but",
-    "first",
-    "one",
-    "their",
-    "its",
-    "new",
-    "after",
-    "who",
-    "they",
-    "have",
-    "her",
-    "she",
-    "two",
-    "been",
-    "other",
-    "when",
-    "there",
-    "all",
-    "during",
-    "into",
-    "school",
-    "time",
-    "may",
-    "years",
-    "more",
-    "most",
-    "only",
-    "over",
-    "city",
-    "some",
-    "world",
-    "would",
-    "where",
-    "later",
-    "up",
-    "such",
-    "used",
-    "many",
-    "can",
-    "state",
-    "about",
-    "national",
-    "out",
-    "known",
-    "university",
-    "united",
-    "then",
-    "made",
-]
+# Common English words: the synthetic corpus needs real lengths, not real meaning.
+WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
+         "from", "his", "an", "were", "are", "which", "this", "be", "or", "has", "had", "not", "but",
+         "first", "one", "their", "its", "new", "after", "who", "they", "have", "her", "she", "two",
+         "been", "other", "when", "there", "all", "during", "into", "school", "time", "may", "years",
+         "more", "most", "only", "over", "city", "some", "world", "would", "where", "later", "up", "such",
+         "used", "many", "can", "state", "about", "national", "out", "known", "university", "united",
+         "then", "made"]  # fmt: skip
 
 
 def write_corpus(path: Path, documents: int, max_words: int, seed: int = 0) -> None:
@@ -179,17 +112,16 @@ def run_command(stage: Stage, command: list[str], timeout: float) -> tuple[str, 
     return "passed", None
 
 
-def junit_counts(path: Path) -> dict:
+def junit_counts(path: Path) -> dict[str, int]:
     suite = ElementTree.parse(path).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
     return {**counts, "passed": counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]}
 
 
-def training_rates(metrics: Path) -> dict:
+def training_rates(metrics: Path) -> Figures:
     """Median real tokens/s and MFU over the logged training steps of a run's metrics.jsonl."""
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    rated = [row for row in rows if "tokens_per_s" in row]
+    rated = [row for row in read_jsonl(metrics) if "tokens_per_s" in row]
     if not rated:
         return {}
     return {
@@ -200,7 +132,7 @@ def training_rates(metrics: Path) -> dict:
     }
 
 
-def stage_figures(stage: Stage) -> dict:
+def stage_figures(stage: Stage) -> Figures:
     """What a stage measured that its own report files do not hold in one place."""
     if (stage.out / "junit.xml").is_file():
         return junit_counts(stage.out / "junit.xml")
@@ -257,21 +189,13 @@ def run(settings: GpuBench, progress=print) -> WrittenReport:
 
 
 def summary_report(results: list[StageResult], dry_run: bool) -> Report:
-    rows = [
-        {
-            "stage": r.name,
-            "what": r.title,
-            "status": r.status,
-            "seconds": round(r.seconds, 1),
-            "note": r.reason or "",
-        }
-        for r in results
-    ]
+    rows = [Row({"stage": r.name, "what": r.title}, {"status": r.status, "seconds": round(r.seconds, 1)},
+                note=r.reason or "") for r in results]  # fmt: skip
     mode = "dry run: tiny sizes on the CPU" if dry_run else "CUDA"
     return Report(
         name="gpu",
         title="neoembed bench gpu",
-        payload={"dry_run": dry_run, "stages": [asdict(r) for r in results]},
+        payload={"dry_run": dry_run, "stages": results},
         tables=[Table(rows, ["stage", "what", "status", "seconds", "note"])],
         intro=[
             f"Mode: {mode}. Each stage's files are under its own folder; environment.json names the kernels."

@@ -11,11 +11,12 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from neoembed.bench.gpu import STAGE_FILE
 from neoembed.bench.gpu_stages import CUDA
 from neoembed.bench.mfu import Mfu
-from neoembed.bench.report import markdown_table
+from neoembed.bench.report import Row, markdown_table
 from neoembed.run_files import write_text
 
 
@@ -26,9 +27,9 @@ class Verdict:
     measured: str
     met: bool | None  # None: not measured (or not measurable from what the run recorded)
 
-    @property
-    def word(self) -> str:
-        return {True: "met", False: "missed", None: "not measured"}[self.met]
+    def row(self) -> Row:
+        word = {True: "met", False: "missed", None: "not measured"}[self.met]
+        return Row({"target": self.target, "goal": self.goal}, {"measured": self.measured, "verdict": word})
 
 
 class Results:
@@ -39,22 +40,22 @@ class Results:
         self.environment = self._json("environment.json") or {}
         self.sizes = self.environment.get("sizes") or asdict(CUDA)  # before a run: the sizes it will take
 
-    def _json(self, relative: str) -> dict | None:
+    def _json(self, relative: str) -> dict[str, Any] | None:
         path = self.root / relative
         return json.loads(path.read_text()) if path.is_file() else None
 
-    def stage(self, name: str) -> dict | None:
+    def stage(self, name: str) -> dict[str, Any] | None:
         return self._json(f"{name}/{STAGE_FILE}")
 
-    def report(self, stage: str, name: str) -> dict | None:
+    def report(self, stage: str, name: str) -> dict[str, Any] | None:
         return self._json(f"{stage}/{name}.json")
 
-    def stages(self) -> list[dict]:
+    def stages(self) -> list[dict[str, Any]]:
         """Every stage of the last run, in the order it ran them."""
         return (self._json("gpu.json") or {}).get("stages", [])
 
 
-def _row(report: dict | None, case: str) -> dict | None:
+def _row(report: dict[str, Any] | None, case: str) -> dict[str, Any] | None:
     rows = (report or {}).get("rows", [])
     return next((row for row in rows if str(row.get("case", "")).startswith(case)), None)
 
@@ -202,26 +203,13 @@ def render(results: Results) -> str:
         RUNBOOK.rstrip(),
         "## Targets",
         measured_on,
-        markdown_table(
-            [
-                {"target": v.target, "goal": v.goal, "measured": v.measured, "verdict": v.word}
-                for v in verdicts
-            ],
-            ["target", "goal", "measured", "verdict"],
-        ),
+        markdown_table([v.row() for v in verdicts], ["target", "goal", "measured", "verdict"]),
     ]
-    stages = [
-        {
-            "stage": s["name"],
-            "status": s["status"],
-            "seconds": round(s["seconds"], 1),
-            "note": s.get("reason") or "",
-        }
-        for s in results.stages()
-    ]
+    stages = [Row({"stage": s["name"]}, {"status": s["status"], "seconds": round(s["seconds"], 1)},
+                  note=s.get("reason") or "") for s in results.stages()]  # fmt: skip
     if stages:
         parts += ["## Stages", markdown_table(stages, ["stage", "status", "seconds", "note"])]
-    kernels = [{"backend": k, "status": v} for k, v in env.get("kernels", {}).items()]
+    kernels = [Row({"backend": k}, {"status": v}) for k, v in env.get("kernels", {}).items()]
     if kernels:
         parts += ["## Kernels", markdown_table(kernels, ["backend", "status"])]
     notes = results.root / "notes.md"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.recipes import override_args
@@ -37,7 +38,9 @@ class Sizes:
     long_length: int  # the ModernBERT comparison's length
     bench_pretrain: tuple[str, ...]  # `bench pretrain` options shared by its stages
     long_row: int  # bench pretrain's second row length
-    pretrain_config: dict  # NeoBERTConfig fields of the pretrain/deepspeed stages ({}: the 250M model)
+    pretrain_config: dict[
+        str, int
+    ]  # NeoBERTConfig fields of the pretrain/deepspeed stages ({}: the 250M model)
     pretrain_length: int
     pretrain_batch: int  # packed rows per step
     pretrain_steps: int
@@ -53,6 +56,8 @@ class Sizes:
     gpu_tests: tuple[str, ...]  # test files whose gpu-marked tests run
 
 
+# The two modes side by side, each option beside its value.
+# fmt: off
 CUDA = Sizes(
     device="cuda",
     encode=("--configs", "full", "--dtypes", "bf16", "--device", "cuda", "--repeats", "3"),
@@ -72,16 +77,7 @@ CUDA = Sizes(
     deepspeed_steps=20,
     wordnet_rows=50_000,
     contrastive=contrastive_overrides(max_steps="100", batch_size="32", max_length="256"),
-    serve=(
-        "--models",
-        "neobert",
-        "--backends",
-        "torch-fp32,torch-bf16",
-        "--texts",
-        "8192",
-        "--clients",
-        "32",
-    ),
+    serve=("--models", "neobert", "--backends", "torch-fp32,torch-bf16", "--texts", "8192", "--clients", "32"),
     openai=("--backend", "torch-bf16", "--device", "cuda", "--texts", "8192", "--clients", "32"),
     gpu_tests=("tests/test_neobert_model.py", "tests/test_neobert_backends.py"),
 )
@@ -92,25 +88,11 @@ DRY_RUN = Sizes(
     forward_length=32,
     mixed="8,64",
     long_length=64,
-    bench_pretrain=(
-        "--config",
-        "small",
-        "--device",
-        "cpu",
-        "--dtype",
-        "fp32",
-        "--steps",
-        "1",
-        "--token-budget",
-        "128",
-    ),
+    bench_pretrain=("--config", "small", "--device", "cpu", "--dtype", "fp32", "--steps", "1",
+                    "--token-budget", "128"),
     long_row=64,
-    pretrain_config={
-        "hidden_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-    },
+    pretrain_config={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                     "intermediate_size": 64},
     pretrain_length=32,
     pretrain_batch=4,
     pretrain_steps=3,
@@ -121,21 +103,12 @@ DRY_RUN = Sizes(
     deepspeed_steps=2,
     wordnet_rows=200,
     contrastive=contrastive_overrides(max_steps="2", batch_size="4", max_length="32"),
-    serve=(
-        "--models",
-        "neobert",
-        "--texts",
-        "32",
-        "--clients",
-        "2",
-        "--repeats",
-        "1",
-        "--health-requests",
-        "8",
-    ),
+    serve=("--models", "neobert", "--texts", "32", "--clients", "2", "--repeats", "1",
+           "--health-requests", "8"),
     openai=("--device", "cpu", "--texts", "32", "--clients", "2"),
     gpu_tests=("tests/test_neobert_backends.py",),
 )
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -149,7 +122,7 @@ class Stage:
     needs: tuple[str, ...] = ()  # optional packages (neoembed.extras.OPTIONAL keys); a missing one skips it
     needs_files: tuple[Path, ...] = ()  # inputs made elsewhere (the WordNet build); a missing one skips it
     env: dict[str, str] = field(default_factory=dict)
-    recipe: dict | None = None  # written to out/recipe.yaml before the command runs
+    recipe: dict[str, Any] | None = None  # written to out/recipe.yaml before the command runs
 
 
 # The order stages run in: the issue's targets first, so that a window cut short has measured what matters
@@ -287,7 +260,7 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
     return sorted(stages, key=lambda stage: ORDER.index(stage.name))
 
 
-def pretrain_recipe(sizes: Sizes, corpus: str, output_dir: str, deepspeed: bool) -> dict:
+def pretrain_recipe(sizes: Sizes, corpus: str, output_dir: str, deepspeed: bool) -> dict[str, Any]:
     """The pretrain stage's recipe (packed rows; evaluation and the checkpoint only at the end) and the
     DeepSpeed stage's (the same, fewer steps, ZeRO-2)."""
     steps = sizes.deepspeed_steps if deepspeed else sizes.pretrain_steps

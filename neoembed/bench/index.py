@@ -20,7 +20,7 @@ from neoembed.faiss_setup import faiss, set_threads
 import numpy as np
 from tqdm.auto import tqdm
 
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import IndexBench
 from neoembed.index import (
     choose_factory,
@@ -67,7 +67,10 @@ def candidates(n: int, dim: int) -> list[str]:
     ]
 
 
-def _bench_set(name: str, base: np.ndarray, queries: np.ndarray, target: float) -> list[dict]:
+def _bench_set(
+    name: str, base: np.ndarray, queries: np.ndarray, target: float
+) -> tuple[list[Row], dict[str, list[dict]]]:
+    """A row per candidate, and each candidate's tuning curve (every setting tried, its recall and QPS)."""
     n, dim = base.shape
     auto, _ = choose_factory(n, dim)
     factories = candidates(n, dim)
@@ -76,7 +79,7 @@ def _bench_set(name: str, base: np.ndarray, queries: np.ndarray, target: float) 
     truth, _ = exact_neighbors(queries, base, "cosine")  # all sets are unit-norm
     exact = faiss.IndexFlatIP(dim)
     exact.add(base)
-    rows = []
+    rows, curves = [], {}
     for factory in tqdm(factories, desc=f"{name}: candidates"):
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         start = time.perf_counter()
@@ -87,15 +90,14 @@ def _bench_set(name: str, base: np.ndarray, queries: np.ndarray, target: float) 
         # over minutes, so each ratio compares two measurements taken seconds apart.
         recall, qps_batch, qps_single = measure(index, queries, truth)
         _, exact_batch, exact_single = measure(exact, queries, truth)
-        rows.append({
-            "set": name, "factory": factory, "auto": "yes" if factory == auto else "", "build_s": build_s,
-            "size_mb": faiss.serialize_index(index).nbytes / 2**20,
-            "param": ", ".join(f"{k}={v}" for k, v in params.items()) or "exact",
+        param = ", ".join(f"{k}={v}" for k, v in params.items()) or "exact"
+        rows.append(Row({"set": name, "factory": factory, "auto": "yes" if factory == auto else ""}, {
+            "build_s": build_s, "size_mb": faiss.serialize_index(index).nbytes / 2**20, "param": param,
             "recall_at_10": recall, "qps_batch": qps_batch, "x_exact_batch": qps_batch / exact_batch,
             "qps_single": qps_single, "x_exact_single": qps_single / exact_single,
-            "curve": curve,
-        })  # fmt: skip
-    return rows
+        }))  # fmt: skip
+        curves[f"{name}: {factory}"] = curve
+    return rows, curves
 
 
 def wordnet_set(
@@ -121,7 +123,7 @@ def wordnet_set(
     return np.ascontiguousarray(base), xq, gloss_hit
 
 
-def _verdict(rows: list[dict], target: float, threads: int) -> tuple[bool, str]:
+def _verdict(rows: list[Row], target: float, threads: int) -> tuple[bool, str]:
     auto = next(r for r in rows if r["auto"])
     if auto["factory"] == "Flat":
         return (
@@ -138,30 +140,22 @@ def _verdict(rows: list[dict], target: float, threads: int) -> tuple[bool, str]:
 
 def run(settings: IndexBench) -> WrittenReport:
     """Bench the synthetic set (skipped when n is 0) and the WordNet set (skipped without --wordnet)."""
-    n, dim, queries, target, model = (
-        settings.n,
-        settings.dim,
-        settings.queries,
-        settings.target_recall,
-        settings.model,
-    )
-    wordnet_index = settings.wordnet_index if settings.wordnet else None
+    n, dim, queries, target = settings.n, settings.dim, settings.queries, settings.target_recall
     threads = set_threads(settings.threads)
     import torch
 
     torch.set_num_threads(threads)
-    rows, lines, verdict = [], [], None
+    rows, curves, lines, verdict = [], {}, [], None
     if n:
         base, xq = structured_vectors(n, dim, queries=queries)
-        rows = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target)
+        rows, curves = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target)
         verdict, line = _verdict(rows, target, threads)
         lines.append(line)
-    if wordnet_index is not None:
-        wn_base, wn_q, gloss_hit = wordnet_set(wordnet_index, model, queries, threads)
-        wn_rows = _bench_set(
-            f"WordNet {len(wn_base) / 1000:.1f}k x {wn_base.shape[1]} ({model})", wn_base, wn_q, target
-        )
-        rows += wn_rows
+    if settings.wordnet:
+        wn_base, wn_q, gloss_hit = wordnet_set(settings.wordnet_index, settings.model, queries, threads)
+        name = f"WordNet {len(wn_base) / 1000:.1f}k x {wn_base.shape[1]} ({settings.model})"
+        wn_rows, wn_curves = _bench_set(name, wn_base, wn_q, target)
+        rows, curves = rows + wn_rows, curves | wn_curves
         lines.append(_verdict(wn_rows, target, threads)[1])
         lines.append(f"WordNet: exact search puts a held-out example's own gloss in the top 10 for {gloss_hit:.1%} "
                      f"of {len(wn_q)} examples")  # fmt: skip
@@ -170,6 +164,12 @@ def run(settings: IndexBench) -> WrittenReport:
         title="neoembed bench index",
         tables=[Table(rows, COLUMNS)],
         verdicts=lines,
-        payload={"rows": rows, "target_met": verdict, "threads": threads, "queries": queries},
+        payload={
+            "rows": rows,
+            "curves": curves,
+            "target_met": verdict,
+            "threads": threads,
+            "queries": queries,
+        },
     )
     return write_report(report, settings.out)

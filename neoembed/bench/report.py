@@ -1,28 +1,63 @@
-"""Benchmark output: a bench measures into a `Report` (its rows, the checks against its targets, the figures
-the JSON keeps), and `write_report` renders every report the same way, as `<name>.json` and `<name>.md`."""
+"""Benchmark output: a bench measures into `Row`s and declares a `Report` (its tables, the checks against its
+targets, the figures the JSON keeps), and `write_report` renders every report the same way, as `<name>.json`
+and `<name>.md`. Timing helpers every bench shares live here too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from neoembed.run_files import write_text
+
+Cell = str | int | float | None  # a figure is a number, or text where it is a choice or a formatted spread
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a bench table and one object of its JSON `rows`: `label` says what was measured (model,
+    case, layout), `figures` what was measured, by name; `unit` the figures' unit where their names do not
+    say it; `note` what a reader must know (why a row has no figures, an MFU that is a measurement error)."""
+
+    label: dict[str, str | int]
+    figures: dict[str, Cell] = field(default_factory=dict)
+    unit: str | None = None
+    note: str | None = None
+
+    def cells(self) -> dict[str, Cell]:
+        """Label, figures, then unit and note where given: the JSON object and the table's cells."""
+        ending = {name: value for name, value in (("unit", self.unit), ("note", self.note)) if value}
+        return {**self.label, **self.figures, **ending}
+
+    def __getitem__(self, name: str) -> Cell:
+        return self.cells()[name]
+
+    def get(self, name: str, default: Cell = None) -> Cell:
+        return self.cells().get(name, default)
+
+    def adding(self, figures: dict[str, Cell]) -> Row:
+        """This row with more figures after its own."""
+        return dataclasses.replace(self, figures={**self.figures, **figures})
 
 
 @dataclass
 class Table:
     """Rows of one measurement, shown as a markdown table under an optional heading."""
 
-    rows: list[dict]
-    columns: list[str] | None = None  # None: every column of the rows, in the order first seen
+    rows: list[Row]
+    columns: list[str] | None = None  # None: every cell of the rows, in the order first seen
     heading: str | None = None
     before: list[str] = field(default_factory=list)  # paragraphs between the heading and the table
     after: list[str] = field(default_factory=list)  # paragraphs after it
 
     def shown_columns(self) -> list[str]:
-        return self.columns or list(dict.fromkeys(column for row in self.rows for column in row))
+        return self.columns or list(dict.fromkeys(column for row in self.rows for column in row.cells()))
 
 
 @dataclass
@@ -31,7 +66,7 @@ class Report:
 
     name: str  # the files' stem: <out>/<name>.json and <name>.md
     title: str
-    payload: dict  # every figure the JSON keeps (rows, settings, ratios)
+    payload: dict[str, object]  # every figure the JSON keeps (rows, settings, ratios), by its JSON key
     tables: list[Table] = field(default_factory=list)
     intro: list[str] = field(default_factory=list)  # paragraphs under the title (settings, peaks)
     verdicts: list[str] = field(default_factory=list)  # each target check, met or missed, as a sentence
@@ -46,7 +81,33 @@ class WrittenReport:
     markdown_path: Path
 
 
-def machine_description() -> dict:
+def meets(met: bool) -> str:
+    """How a verdict says whether a figure meets its target."""
+    return "meets" if met else "MISSES"
+
+
+def rotated(items: Sequence, turn: int) -> list:
+    """`items` starting at position `turn` (modulo their number): passes over several variants interleaved in
+    rotating order, so that machine noise affects them all alike."""
+    shift = turn % len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+def timed(call: Callable[[], object]) -> float:
+    """Wall seconds of `call()`."""
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def percentile_ms(latencies: Sequence[float], q: float) -> float:
+    """The `q`th percentile of latencies in seconds, in milliseconds."""
+    import numpy as np  # here: the CLI imports this module's types at start-up
+
+    return float(np.percentile(latencies, q)) * 1000
+
+
+def machine_description() -> dict[str, str | int | None]:
     """What the figures were measured on, recorded beside them."""
     import torch  # here, not at the top: `neoembed bench --help` imports this module's types without torch
 
@@ -59,10 +120,10 @@ def machine_description() -> dict:
     }
 
 
-def markdown_table(rows: list[dict], columns: list[str]) -> str:
+def markdown_table(rows: list[Row], columns: list[str]) -> str:
     """A GitHub markdown table of `rows` restricted to `columns`; floats with 3 significant decimals."""
 
-    def cell(value) -> str:
+    def cell(value: Cell) -> str:
         if isinstance(value, float):
             return f"{value:,.3g}" if abs(value) < 1 else f"{value:,.1f}"
         return str(value)
@@ -85,6 +146,18 @@ def render_markdown(report: Report) -> str:
     return "\n\n".join(parts)
 
 
+def _json_value(value: object) -> object:
+    """How the JSON writes what it cannot write itself: a row as its cells, a dataclass as its fields (one
+    level: json recurses, and comes back here for rows inside), settings as their JSON dump, the rest as text."""
+    if isinstance(value, Row):
+        return value.cells()
+    if dataclasses.is_dataclass(value):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)
+
+
 def write_report(report: Report, out_dir: Path) -> WrittenReport:
     """Write `<name>.json` (the payload, the verdicts and the machine) and `<name>.md` under `out_dir`."""
     out_dir = Path(out_dir)
@@ -93,7 +166,7 @@ def write_report(report: Report, out_dir: Path) -> WrittenReport:
     data = {"machine": machine_description(), **report.payload}
     if report.verdicts:
         data["verdicts"] = report.verdicts
-    write_text(json_path, json.dumps(data, indent=2, default=str) + "\n")
+    write_text(json_path, json.dumps(data, indent=2, default=_json_value) + "\n")
     markdown = render_markdown(report)
     write_text(md_path, markdown + "\n")
     return WrittenReport(report, markdown, json_path, md_path)

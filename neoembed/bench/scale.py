@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, write_report
 from neoembed.bench.settings import ScaleBench
+from neoembed.run_files import METRICS_FILE, read_jsonl
 
 TARGET_ENCODE_SPEEDUP = 1.8  # 2 ranks x 1 thread vs 1 rank x 1 thread (issue target)
-PRETRAIN_CONFIG = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 512,
-                   "max_length": 128}  # fmt: skip
 
 
 def _launch(ranks: int, *args: str) -> list[str]:
@@ -78,25 +79,35 @@ def encode_worker(texts: int, out: str) -> None:
         Path(out).write_text(json.dumps({"texts": len(glosses), "seconds": seconds}))
 
 
-def bench_build_data(settings: ScaleBench, work: Path) -> list[dict]:
+def bench_build_data(settings: ScaleBench, work: Path) -> list[Row]:
     rows = []
     for ranks in (1, settings.ranks):
         result = work / f"encode-{ranks}.json"
         _run(_launch(ranks, "-m", "neoembed.bench.scale", "encode", str(settings.texts), str(result)), work)
         measured = json.loads(result.read_text())
-        rows.append({"job": "build-data (teacher encoding)", "ranks": ranks, "rate": measured["texts"] / measured["seconds"],
-                     "unit": "texts/s", "seconds": measured["seconds"]})  # fmt: skip
+        rows.append(Row({"job": "build-data (teacher encoding)", "ranks": ranks},
+                        {"rate": measured["texts"] / measured["seconds"], "seconds": measured["seconds"]},
+                        unit="texts/s"))  # fmt: skip
     return rows
 
 
 # --- pretrain and contrastive -----------------------------------------------------------------------------
 
 
-def _metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def _train(job: str, ranks: int, recipe: dict[str, Any], work: Path) -> list[dict[str, Any]]:
+    """`neoembed JOB --recipe` on `ranks` ranks, afresh in work/JOB-RANKS; its metrics.jsonl records."""
+    run_dir = work / f"{job}-{ranks}"
+    recipe["train"]["output_dir"] = str(run_dir)
+    path = work / f"{job}-{ranks}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    _run(_launch(ranks, "-m", "neoembed", job, "--recipe", str(path)), work)
+    return read_jsonl(run_dir / METRICS_FILE)
 
 
-def bench_pretrain(settings: ScaleBench, work: Path) -> list[dict]:
+def bench_pretrain(settings: ScaleBench, work: Path) -> list[Row]:
+    from neoembed.bench.serve import quickstart_neobert
+
     corpus = work / "corpus.txt"
     if not corpus.exists():
         from neoembed.data import load_synsets
@@ -104,31 +115,22 @@ def bench_pretrain(settings: ScaleBench, work: Path) -> list[dict]:
         corpus.write_text("\n".join(s.gloss for s in load_synsets()[:20000]) + "\n")
     rows = []
     for ranks in (1, settings.ranks):
-        run_dir = work / f"pretrain-{ranks}"
         recipe = {
             "corpus": {"files": [str(corpus)], "heldout_fraction": 0.01},
-            "model": {"config": PRETRAIN_CONFIG},
+            "model": {"config": quickstart_neobert()},
             "data": {"max_length": 128, "batch_size": 16},
             "optim": {"warmup_steps": 2},
-            "train": {"output_dir": str(run_dir), "max_steps": settings.steps, "log_steps": 1, "save_steps": 1000,
-                      "eval_steps": 1000, "threads": 1, "precision": "fp32"},
+            "train": {"max_steps": settings.steps, "log_steps": 1, "save_steps": 1000, "eval_steps": 1000,
+                      "threads": 1, "precision": "fp32"},
         }  # fmt: skip
-        path = work / f"pretrain-{ranks}.yaml"
-        path.write_text(yaml.safe_dump(recipe))
-        if run_dir.exists():
-            import shutil
-
-            shutil.rmtree(run_dir)
-        _run(_launch(ranks, "-m", "neoembed", "pretrain", "--recipe", str(path)), work)
-        rates = [m["tokens_per_s"] for m in _metrics(run_dir) if "tokens_per_s" in m]
+        rates = [m["tokens_per_s"] for m in _train("pretrain", ranks, recipe, work) if "tokens_per_s" in m]
         rates = rates[len(rates) // 3 :]  # the steps after the first third: allocation and caches warmed up
-        total = sum(rates) / len(rates)
-        rows.append({"job": "pretrain (MLM, 4x128 NeoBERT)", "ranks": ranks, "rate": total / ranks,
-                     "unit": "real tokens/s per rank"})  # fmt: skip
+        rows.append(Row({"job": "pretrain (MLM, 4x128 NeoBERT)", "ranks": ranks},
+                        {"rate": sum(rates) / len(rates) / ranks}, unit="real tokens/s per rank"))  # fmt: skip
     return rows
 
 
-def bench_contrastive(settings: ScaleBench, work: Path) -> list[dict]:
+def bench_contrastive(settings: ScaleBench, work: Path) -> list[Row]:
     from neoembed.data import BuildConfig, build
 
     data = work / "data"
@@ -136,26 +138,18 @@ def bench_contrastive(settings: ScaleBench, work: Path) -> list[dict]:
         build(BuildConfig(out=data, sources=("wordnet",), max_rows=2000, mine=False))
     rows = []
     for ranks in (1, settings.ranks):
-        run_dir = work / f"contrastive-{ranks}"
         recipe = {
             "data": {"path": str(data), "max_negatives": 0},
             "model": {"base": "minilm", "max_length": 64},
             "optim": {"warmup_steps": 2},
-            "train": {"output_dir": str(run_dir), "max_steps": settings.steps, "batch_size": 16, "log_steps": 1,
-                      "save_steps": 1000, "threads": 1, "precision": "fp32"},
+            "train": {"max_steps": settings.steps, "batch_size": 16, "log_steps": 1, "save_steps": 1000,
+                      "threads": 1, "precision": "fp32"},
             "eval": {"sets": []},
         }  # fmt: skip
-        path = work / f"contrastive-{ranks}.yaml"
-        path.write_text(yaml.safe_dump(recipe))
-        if run_dir.exists():
-            import shutil
-
-            shutil.rmtree(run_dir)
-        _run(_launch(ranks, "-m", "neoembed", "contrastive", "--recipe", str(path)), work)
-        runtime = next(m["train_runtime"] for m in reversed(_metrics(run_dir)) if "train_runtime" in m)
-        pairs = settings.steps * 16 * ranks
-        rows.append({"job": "contrastive (MiniLM, gathered negatives)", "ranks": ranks, "rate": pairs / runtime / ranks,
-                     "unit": "pairs/s per rank"})  # fmt: skip
+        metrics = _train("contrastive", ranks, recipe, work)
+        runtime = next(m["train_runtime"] for m in reversed(metrics) if "train_runtime" in m)
+        rows.append(Row({"job": "contrastive (MiniLM, gathered negatives)", "ranks": ranks},
+                        {"rate": settings.steps * 16 / runtime}, unit="pairs/s per rank"))  # fmt: skip
     return rows
 
 
@@ -165,25 +159,22 @@ BENCHES = {"build-data": bench_build_data, "pretrain": bench_pretrain, "contrast
 def run(settings: ScaleBench) -> WrittenReport:
     work = settings.out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    rows = [row for job in settings.jobs for row in BENCHES[job](settings, work.resolve())]
-    verdicts = []
-    for job in dict.fromkeys(row["job"] for row in rows):
-        one, many = (
-            next(r for r in rows if r["job"] == job and r["ranks"] == n) for n in (1, settings.ranks)
-        )
+    rows, verdicts = [], []
+    for job in settings.jobs:
+        one, many = BENCHES[job](settings, work.resolve())
         scaling = many["rate"] / one["rate"]
-        for row in (one, many):
-            row["vs 1 rank"] = row["rate"] / one["rate"]
-        if job.startswith("build-data"):
-            met = "meets" if scaling >= TARGET_ENCODE_SPEEDUP else "MISSES"
+        rows += [one.adding({"vs 1 rank": 1.0}), many.adding({"vs 1 rank": scaling})]
+        if job == "build-data":
             verdicts.append(
-                f"{job}: {settings.ranks} ranks encode {scaling:.2f}x the texts/s of 1 ({met} the "
-                f"{TARGET_ENCODE_SPEEDUP}x target for 2 ranks of 1 thread)"
+                f"{one['job']}: {settings.ranks} ranks encode {scaling:.2f}x the texts/s of 1 "
+                f"({meets(scaling >= TARGET_ENCODE_SPEEDUP)} the {TARGET_ENCODE_SPEEDUP}x target "
+                "for 2 ranks of 1 thread)"
             )
         else:
             verdicts.append(
-                f"{job}: each of {settings.ranks} ranks runs at {scaling:.2f} of one rank's rate; the rest is "
-                "the step's all-reduce (and, on a machine with as many cores as ranks, the cores shared)"
+                f"{one['job']}: each of {settings.ranks} ranks runs at {scaling:.2f} of one rank's rate; "
+                "the rest is the step's all-reduce (and, on a machine with as many cores as ranks, the cores "
+                "shared)"
             )
     report = Report(
         name="scale",
@@ -194,7 +185,7 @@ def run(settings: ScaleBench) -> WrittenReport:
         ],
         tables=[Table(rows, ["job", "ranks", "rate", "unit", "vs 1 rank"])],
         verdicts=verdicts,
-        payload={"settings": settings.model_dump(mode="json"), "rows": rows},
+        payload={"settings": settings, "rows": rows},
     )
     return write_report(report, settings.out)
 

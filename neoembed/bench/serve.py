@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -44,8 +45,17 @@ import torch
 from tqdm.auto import tqdm
 
 from neoembed.bench import backends as inference_backends, load
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
-from neoembed.bench.serve_faults import RESTART_TARGET_S, fault_round
+from neoembed.bench.report import (
+    Report,
+    Row,
+    Table,
+    WrittenReport,
+    percentile_ms,
+    rotated,
+    timed,
+    write_report,
+)
+from neoembed.bench.serve_faults import RESTART_TARGET_S, Faults, fault_round
 from neoembed.bench.settings import ServeBench
 from neoembed.errors import InputError
 from neoembed.run_files import append_jsonl
@@ -54,13 +64,15 @@ TARGET_RATIO = 0.9  # server throughput over direct encode at batch 32
 HEALTH_TARGET_MS = 100.0  # /health p95 while the server is loaded
 TARGET_BACKEND_SPEEDUP = 2.0  # the best backend's server over the torch-fp32 server
 PROBE_SYNSETS = 1024
-QUICKSTART_NEOBERT = {
-    "hidden_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "intermediate_size": 512,
-    "max_length": 128,
-}
+
+
+def quickstart_neobert() -> dict[str, int]:
+    """The NeoBERT shape of the quickstart's pretraining recipe (pretrain-cpu: 4 layers x 128, 128 tokens)."""
+    from neoembed.packaged import resolve_recipe
+    from neoembed.pretrain import PretrainSettings
+    from neoembed.recipes import load_recipe
+
+    return load_recipe(resolve_recipe("pretrain-cpu"), PretrainSettings).model.config
 
 
 def neobert_export(directory: Path) -> Path:
@@ -71,9 +83,9 @@ def neobert_export(directory: Path) -> Path:
 
         from neoembed.pretrain.neobert import NeoBERTConfig, NeoBERTModel, load_tokenizer
 
-        max_length = QUICKSTART_NEOBERT["max_length"]
-        NeoBERTModel(NeoBERTConfig(**QUICKSTART_NEOBERT)).eval().save_pretrained(directory / "backbone")
-        load_tokenizer(max_length=max_length).save_pretrained(directory / "backbone")
+        config = NeoBERTConfig(**quickstart_neobert())
+        NeoBERTModel(config).eval().save_pretrained(directory / "backbone")
+        load_tokenizer(max_length=config.max_length).save_pretrained(directory / "backbone")
         SentenceTransformer(str(directory / "backbone"), device="cpu").save(str(embedder))
     return embedder
 
@@ -131,6 +143,11 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def resolve_model(name: str, out: Path) -> str:
+    """What to load for a model name: `neobert` is the quickstart-size export made under `out`."""
+    return str(neobert_export(out / "neobert")) if name == "neobert" else name
+
+
 def _probe_health(base: str, latencies: list[float], done: threading.Event) -> None:
     with httpx.Client() as client:
         while not done.is_set():
@@ -144,10 +161,6 @@ def _drive(port: int, requests: list[bytes], clients: int) -> tuple[float, list[
     """Every request through `clients` keep-alive connections (`load.drive`); wall time and latencies."""
     with tqdm(total=len(requests), unit="req", desc="server", leave=False) as bar:
         return asyncio.run(load.drive("127.0.0.1", port, requests, clients, on_response=bar.update))
-
-
-def _milliseconds(latencies: list[float], q: float) -> float:
-    return float(np.percentile(latencies, q)) * 1000
 
 
 def _requests(port: int, inputs: list[str], texts_per_request: int) -> list[bytes]:
@@ -183,6 +196,97 @@ def _health_round(port: int, requests: list[bytes], count: int, clients: int) ->
     return latencies
 
 
+@dataclass(frozen=True)
+class Served:
+    """One backend's server for one model: each round's (wall seconds, request latencies), /health's
+    latencies in the health round, the fault round, and the fidelity of the vectors it serves."""
+
+    rounds: list[tuple[float, list[float]]]
+    health: list[float]
+    faults: Faults
+    fidelity: dict[str, float]
+
+    @property
+    def best(self) -> tuple[float, list[float]]:
+        return min(self.rounds, key=lambda round_: round_[0])
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """Direct encode and a server per backend for one model (`label` in the report)."""
+
+    model: str
+    label: str
+    tokens: int  # of the inputs, as both sides truncate them
+    direct_s: dict[int, list[float]]  # batch size -> seconds of each round
+    served: dict[str, Served]
+
+    @property
+    def best_direct(self) -> float:
+        return min(next(iter(self.direct_s.values())))  # the first batch size is the ratios' baseline
+
+    def figures(self, backend: str) -> dict[str, object]:
+        """What the JSON keeps of a backend's server, and its row's figures beyond throughput."""
+        served, wall = self.served[backend], self.served[backend].best[0]
+        figures = {"ratio": self.best_direct / wall, "health_p50_ms": percentile_ms(served.health, 50),
+                   "health_p95_ms": percentile_ms(served.health, 95), "health_probes": len(served.health),
+                   "server_s": [w for w, _ in served.rounds], "faults": served.faults,
+                   **served.fidelity}  # fmt: skip
+        if inference_backends.REFERENCE in self.served:
+            figures["vs_fp32_server"] = self.served[inference_backends.REFERENCE].best[0] / wall
+        return figures
+
+    def rows(self, settings: ServeBench, inputs: int) -> list[Row]:
+        label = {"model": self.label}
+        clients = f"{settings.clients} clients x {settings.texts_per_request} texts/request"
+        rows = [
+            Row({**label, "path": f"model.encode (in-process, batch {size})"},
+                {"texts/s": inputs / min(times), "tokens/s": self.tokens / min(times),
+                 "ratio": self.best_direct / min(times)})
+            for size, times in self.direct_s.items()
+        ]  # fmt: skip
+        for backend, served in self.served.items():
+            (wall, latencies), figures, faults = served.best, self.figures(backend), served.faults
+            rows.append(Row({**label, "path": f"neoembed serve {backend}, {clients}"}, {
+                "texts/s": inputs / wall, "tokens/s": self.tokens / wall, "ratio": figures["ratio"],
+                **({"vs fp32 server": figures["vs_fp32_server"]} if "vs_fp32_server" in figures else {}),
+                **{f"p{q} ms": percentile_ms(latencies, q) for q in (50, 95, 99)},
+                "health p95 ms": figures["health_p95_ms"], "killed -> ready s": max(faults.restart_s),
+                "hung -> ready s": faults.hang_ready_s, "health p95 ms (faults)": faults.health_p95_ms,
+                "worst cosine": served.fidelity["worst cosine"],
+                "recall@10 change": served.fidelity["recall@10 change"],
+            }))  # fmt: skip
+        return rows
+
+    def summary(self) -> str:
+        """One line: each backend's ratio and /health p95, its fault round, and the best backend's speed-up."""
+        parts = []
+        for backend, served in self.served.items():
+            f, faults = self.figures(backend), served.faults
+            parts.append(
+                f"{backend} server/direct {f['ratio']:.2f} (target {TARGET_RATIO}), /health p95 "
+                f"{f['health_p95_ms']:.0f} ms over {f['health_probes']} probes (target {HEALTH_TARGET_MS:.0f}); "
+                f"killed -> ready in at most {max(faults.restart_s):.1f} s (target {RESTART_TARGET_S:.0f}), "
+                f"hung -> 503 in {faults.hang_unready_s:.1f} s and ready in {faults.hang_ready_s:.1f} s, "
+                f"/health p95 {faults.health_p95_ms:.0f} ms meanwhile"
+            )
+        speedups = {b: self.figures(b).get("vs_fp32_server") for b in self.served}
+        if len(self.served) > 1 and inference_backends.REFERENCE in self.served:
+            best = max(speedups, key=speedups.get)
+            fidelity = self.served[best].fidelity
+            parts.append(
+                f"best backend {best}: {speedups[best]:.2f}x the torch-fp32 server (target "
+                f"{TARGET_BACKEND_SPEEDUP}), worst cosine {fidelity['worst cosine']:.4f}, "
+                f"recall@10 change {fidelity['recall@10 change']:+.4f}"
+            )
+        return f"{self.label}: " + "; ".join(parts)
+
+    def json(self) -> dict[str, object]:
+        return {"model": self.model, "label": self.label, "tokens": self.tokens,
+                "backends": {b: self.figures(b) for b in self.served},
+                "direct_s": {str(size): times for size, times in self.direct_s.items()}}  # fmt: skip
+
+
 def bench_model(
     model: str,
     backends: list[str],
@@ -193,34 +297,27 @@ def bench_model(
     device: str,
     label: str,
     log_path: Path,
-) -> dict:
-    """Direct encode vs a server per backend for `model` (named `label` in the report), with the fidelity of
-    what each server serves for `probe`: rows and figures."""
+) -> ModelResult:
+    """Direct encode vs a server per backend for `model`, with the fidelity of what each serves for `probe`."""
     from neoembed.embedder import load_embedder
 
     embedder = load_embedder(model, device=device)
     # The server truncates as encode does (--truncate), so both sides embed the same tokens.
-    tokens = sum(
-        len(ids)
-        for ids in embedder.tokenizer(inputs, truncation=True, max_length=embedder.max_seq_length)[
-            "input_ids"
-        ]
-    )
+    truncated = embedder.tokenizer(inputs, truncation=True, max_length=embedder.max_seq_length)
+    tokens = sum(len(ids) for ids in truncated["input_ids"])
     embedder.encode(inputs[:64])  # warm-up
     reference = embedder.encode(probe.texts, show_progress_bar=False)
     servers: dict[str, tuple[subprocess.Popen, int]] = {}
     direct_s: dict[int, list[float]] = {size: [] for size in settings.direct_batch_sizes}
-    served: dict[str, list[tuple[float, list[float]]]] = {backend: [] for backend in backends}
-    health: dict[str, list[float]] = {}
-    vectors: dict[str, np.ndarray] = {}
-    faults: dict[str, dict] = {}
+    rounds: dict[str, list[tuple[float, list[float]]]] = {backend: [] for backend in backends}
+    served: dict[str, Served] = {}
     try:
         onnx = any(backend in inference_backends.ONNX_FILES for backend in backends)
         export = inference_backends.onnx_export(model, settings.out / "export" / label) if onnx else None
         for backend in backends:
-            arguments = server_arguments(backend, model, export, device)
+            log = settings.out / f"server-{label}-{backend}.log"
             servers[backend] = start_server(
-                arguments, settings.threads, settings.out / f"server-{label}-{backend}.log"
+                server_arguments(backend, model, export, device), settings.threads, log
             )
         requests = {
             b: _requests(port, inputs, settings.texts_per_request) for b, (_, port) in servers.items()
@@ -229,102 +326,24 @@ def bench_model(
             _drive(port, requests[backend][: 2 * settings.clients], settings.clients)
         for round_ in range(settings.repeats):
             for size in settings.direct_batch_sizes:
-                started = time.perf_counter()
-                embedder.encode(inputs, batch_size=size, show_progress_bar=False)
-                direct_s[size].append(time.perf_counter() - started)
-                record = {"model": model, "round": round_, "path": f"encode batch {size}"}
-                append_jsonl(log_path, {**record, "seconds": direct_s[size][-1]})
-            for backend in backends[round_ % len(backends) :] + backends[: round_ % len(backends)]:
-                wall, latencies = _drive(servers[backend][1], requests[backend], settings.clients)
-                served[backend].append((wall, latencies))
-                record = {"model": model, "round": round_, "path": f"server {backend}", "seconds": wall}
-                append_jsonl(log_path, record)
-        for backend, (_, port) in servers.items():
-            health[backend] = _health_round(
-                port, requests[backend], settings.health_requests, settings.health_clients
-            )
-            vectors[backend] = _served_vectors(port, probe.texts)
-            faults[backend] = fault_round(servers[backend][0], port)  # last: it kills the inference process
+                direct_s[size].append(
+                    timed(lambda s=size: embedder.encode(inputs, batch_size=s, show_progress_bar=False))
+                )
+                append_jsonl(log_path, {"model": model, "round": round_, "path": f"encode batch {size}",
+                                        "seconds": direct_s[size][-1]})  # fmt: skip
+            for backend in rotated(backends, round_):
+                rounds[backend].append(_drive(servers[backend][1], requests[backend], settings.clients))
+                append_jsonl(log_path, {"model": model, "round": round_, "path": f"server {backend}",
+                                        "seconds": rounds[backend][-1][0]})  # fmt: skip
+        for backend, (process, port) in servers.items():
+            health = _health_round(port, requests[backend], settings.health_requests, settings.health_clients)
+            fidelity = inference_backends.fidelity(probe, reference, _served_vectors(port, probe.texts))
+            faults = fault_round(process, port)  # last: it kills the inference process
+            served[backend] = Served(rounds[backend], health, faults, fidelity)
     finally:
         for process, _ in servers.values():
             stop_server(process)
-
-    best_direct = min(direct_s[settings.direct_batch_sizes[0]])
-    rows = [
-        {
-            "model": label,
-            "path": f"model.encode (in-process, batch {size})",
-            "texts/s": len(inputs) / min(times),
-            "tokens/s": tokens / min(times),
-            "ratio": best_direct / min(times),
-        }
-        for size, times in direct_s.items()
-    ]
-    best = {backend: min(served[backend], key=lambda pair: pair[0]) for backend in backends}
-    reference_wall = best[inference_backends.REFERENCE][0] if inference_backends.REFERENCE in best else None
-    figures = {}
-    for backend, (best_wall, latencies) in best.items():
-        figures[backend] = {
-            "ratio": best_direct / best_wall,
-            "health_p50_ms": _milliseconds(health[backend], 50),
-            "health_p95_ms": _milliseconds(health[backend], 95),
-            "health_probes": len(health[backend]),
-            "server_s": [wall for wall, _ in served[backend]],
-            "faults": faults[backend],
-            **inference_backends.fidelity(probe, reference, vectors[backend]),
-        }
-        if reference_wall:
-            figures[backend]["vs_fp32_server"] = reference_wall / best_wall
-        rows.append(
-            {
-                "model": label,
-                "path": f"neoembed serve {backend}, {settings.clients} clients x "
-                f"{settings.texts_per_request} texts/request",
-                "texts/s": len(inputs) / best_wall,
-                "tokens/s": tokens / best_wall,
-                "ratio": best_direct / best_wall,
-                "p50 ms": _milliseconds(latencies, 50),
-                "p95 ms": _milliseconds(latencies, 95),
-                "p99 ms": _milliseconds(latencies, 99),
-                "health p95 ms": figures[backend]["health_p95_ms"],
-                "killed -> ready s": max(faults[backend]["restart_s"]),
-                "hung -> ready s": faults[backend]["hang_ready_s"],
-                "health p95 ms (faults)": faults[backend]["health_p95_ms"],
-                "worst cosine": figures[backend]["worst cosine"],
-                "recall@10 change": figures[backend]["recall@10 change"],
-            }
-        )
-        if reference_wall:
-            rows[-1]["vs fp32 server"] = figures[backend]["vs_fp32_server"]
-    return {
-        "model": model,
-        "label": label,
-        "tokens": tokens,
-        "backends": figures,
-        "rows": rows,
-        "direct_s": {str(k): v for k, v in direct_s.items()},
-    }
-
-
-def _summary(result: dict) -> str:
-    """One line per model: each backend's ratio and /health p95, and the best backend's speed-up."""
-    parts = [
-        f"{backend} server/direct {f['ratio']:.2f} (target {TARGET_RATIO}), /health p95 "
-        f"{f['health_p95_ms']:.0f} ms over {f['health_probes']} probes (target {HEALTH_TARGET_MS:.0f}); "
-        f"killed -> ready in at most {max(f['faults']['restart_s']):.1f} s (target {RESTART_TARGET_S:.0f}), "
-        f"hung -> 503 in {f['faults']['hang_unready_s']:.1f} s and ready in {f['faults']['hang_ready_s']:.1f} s, "
-        f"/health p95 {f['faults']['health_p95_ms']:.0f} ms meanwhile"
-        for backend, f in result["backends"].items()
-    ]
-    speedups = {b: f["vs_fp32_server"] for b, f in result["backends"].items() if "vs_fp32_server" in f}
-    if len(speedups) > 1:
-        best = max(speedups, key=speedups.get)
-        parts.append(
-            f"best backend {best}: {speedups[best]:.2f}x the torch-fp32 server (target "
-            f"{TARGET_BACKEND_SPEEDUP}), worst cosine {result['backends'][best]['worst cosine']:.4f}, "
-            f"recall@10 change {result['backends'][best]['recall@10 change']:+.4f}"
-        )
-    return f"{result['label']}: " + "; ".join(parts)
+    return ModelResult(model, label, tokens, direct_s, served)
 
 
 def run(settings: ServeBench) -> WrittenReport:
@@ -345,31 +364,12 @@ def run(settings: ServeBench) -> WrittenReport:
     torch.set_num_threads(threads)
     inputs = [s.gloss for s in load_synsets()[: settings.texts]]
     probe = inference_backends.wordnet_probe(PROBE_SYNSETS)  # the same for every model
-    results = []
-    for model in settings.models:
-        path = str(neobert_export(out_dir / "neobert")) if model == "neobert" else model
-        label = Path(model).name if Path(model).exists() else model
-        results.append(
-            bench_model(
-                path,
-                backends,
-                inputs,
-                probe,
-                settings,
-                device=device,
-                label=label,
-                log_path=log_path,
-            )
-        )
-    rows = [row for result in results for row in result["rows"]]
-    columns = ["model", "path", "texts/s", "tokens/s", "ratio", "vs fp32 server", "p50 ms", "p95 ms"]
-    columns += ["p99 ms", "health p95 ms", "killed -> ready s", "hung -> ready s", "health p95 ms (faults)"]
-    columns += ["worst cosine", "recall@10 change"]
-    described = {
-        **settings.model_dump(mode="json"),
-        "probe_synsets": PROBE_SYNSETS,
-        "load_average": os.getloadavg(),
-    }
+    results = [
+        bench_model(resolve_model(model, out_dir), backends, inputs, probe, settings, device=device,
+                    label=Path(model).name if Path(model).exists() else model, log_path=log_path)
+        for model in settings.models
+    ]  # fmt: skip
+    rows = [row for result in results for row in result.rows(settings, len(inputs))]
     report = Report(
         name="serve",
         title="neoembed bench serve",
@@ -379,17 +379,22 @@ def run(settings: ServeBench) -> WrittenReport:
             f"throughput / model.encode at batch {settings.direct_batch_sizes[0]}; /health polled every 20 ms "
             f"in a separate round of {settings.health_requests} requests from {settings.health_clients} "
             "clients, all answered 200. Then the fault round: the inference process killed twice and stopped "
-            "once (SIGSTOP), /health polled every 10 ms until a new one is ready. Worst cosine and recall@10 change: the served vectors of a WordNet "
-            f"probe ({PROBE_SYNSETS} glosses and their example-sentence queries) against in-process torch fp32."
+            "once (SIGSTOP), /health polled every 10 ms until a new one is ready. Worst cosine and recall@10 "
+            f"change: the served vectors of a WordNet probe ({PROBE_SYNSETS} glosses and their "
+            "example-sentence queries) against in-process torch fp32."
         ],
-        tables=[Table(rows, [c for c in columns if any(c in row for row in rows)])],
-        verdicts=[_summary(result) for result in results]
+        tables=[Table(rows)],
+        verdicts=[result.summary() for result in results]
         + [f"{backend} skipped: {reason}" for backend, reason in skipped.items()],
         payload={
-            "settings": described,
+            "settings": {
+                **settings.model_dump(mode="json"),
+                "probe_synsets": PROBE_SYNSETS,
+                "load_average": os.getloadavg(),
+            },
             "rows": rows,
             "skipped": skipped,
-            "results": [{k: v for k, v in r.items() if k != "rows"} for r in results],
-        },
+            "results": [result.json() for result in results],
+        },  # fmt: skip
     )
     return write_report(report, out_dir)

@@ -12,10 +12,12 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import numpy as np
+
+from neoembed.bench.report import percentile_ms
 
 RESTART_TARGET_S = 5.0
 POLL_S = 0.01
@@ -33,7 +35,21 @@ def inference_process(server_pid: int) -> int | None:
     return children[0] if len(children) == 1 else None
 
 
-def _until_replaced(server: subprocess.Popen, base: str, old: int, latencies: list[float]) -> dict:
+@dataclass(frozen=True)
+class Faults:
+    """Seconds from each death to a new inference process answering ready, from the hang to /health's first
+    503 and to ready, and /health's latency over the whole round."""
+
+    restart_s: list[float]
+    hang_unready_s: float
+    hang_ready_s: float
+    health_p95_ms: float
+    health_probes: int
+
+
+def _until_replaced(
+    server: subprocess.Popen, base: str, old: int, latencies: list[float]
+) -> tuple[float, float]:
     """Poll /health until a new inference process answers ready; seconds to the first 503 and to ready."""
     started, unready = time.perf_counter(), None
     with httpx.Client(timeout=10) as client:
@@ -52,28 +68,21 @@ def _until_replaced(server: subprocess.Popen, base: str, old: int, latencies: li
             if status != 200 and unready is None:
                 unready = time.perf_counter() - started
             if status == 200 and unready is not None and inference_process(server.pid) not in (None, old):
-                return {"unready_s": unready, "ready_s": time.perf_counter() - started}
+                return unready, time.perf_counter() - started
             time.sleep(POLL_S)
     raise RuntimeError(f"no new inference process was ready {DEADLINE_S:.0f} s after the fault")
 
 
-def fault_round(server: subprocess.Popen, port: int, kills: int = 2) -> dict:
-    """`kills` deaths and one hang of the inference process of a running, idle server: the seconds from
-    each fault to ready, and /health's latency over the whole round. Three faults in all: the server's
-    default `--max-worker-restarts`, past which it exits for its supervisor to restart."""
+def fault_round(server: subprocess.Popen, port: int, kills: int = 2) -> Faults:
+    """`kills` deaths and one hang of the inference process of a running, idle server. Three faults in all:
+    the server's default `--max-worker-restarts`, past which it exits for its supervisor to restart."""
     base, latencies = f"http://127.0.0.1:{port}", []
-    restarts = []
-    for _ in range(kills):
+
+    def fault(sig: int) -> tuple[float, float]:
         old = inference_process(server.pid)
-        os.kill(old, signal.SIGKILL)
-        restarts.append(_until_replaced(server, base, old, latencies)["ready_s"])
-    old = inference_process(server.pid)
-    os.kill(old, signal.SIGSTOP)
-    hang = _until_replaced(server, base, old, latencies)
-    return {
-        "restart_s": restarts,
-        "hang_unready_s": hang["unready_s"],
-        "hang_ready_s": hang["ready_s"],
-        "health_p95_ms": float(np.percentile(latencies, 95)) * 1000,
-        "health_probes": len(latencies),
-    }
+        os.kill(old, sig)
+        return _until_replaced(server, base, old, latencies)
+
+    restarts = [fault(signal.SIGKILL)[1] for _ in range(kills)]
+    unready, ready = fault(signal.SIGSTOP)
+    return Faults(restarts, unready, ready, percentile_ms(latencies, 95), len(latencies))

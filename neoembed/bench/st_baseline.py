@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from neoembed.contrastive import SetScores
+
 LEARNING_RATE = 5e-5
 BATCH_SIZE = 64
 WARMUP = 0.1  # transformers 5 reads a warmup_steps below 1 as a fraction of the schedule
@@ -30,6 +32,18 @@ class Budget:
     precision: str
 
 
+@dataclass(frozen=True)
+class Trained:
+    """What a finished training run of the grid recorded (in its marker), and whether it was reused."""
+
+    steps: int
+    train_minutes: float
+    export: str
+    eval_before: SetScores | None = None  # neoembed's runs: its own held-out scores before and after
+    eval_after: SetScores | None = None
+    reused: bool = False
+
+
 def pairs(data: Path):
     """Every source's (query, positive) columns of a finished build, as one dataset."""
     from datasets import concatenate_datasets
@@ -41,7 +55,7 @@ def pairs(data: Path):
     )
 
 
-def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_length: int) -> dict:
+def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_length: int) -> Trained:
     """Train `base` on the build in `data` within `budget` (its steps or minutes, seed and precision;
     checkpoints and metrics.jsonl in `out`), on inputs cut at `max_length` tokens, and save the model to
     `export`. Returns the steps taken, the trainer's runtime in minutes, and `export`."""
@@ -74,8 +88,4 @@ def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_le
     result = trainer.train()
     model.max_seq_length = declared
     model.save(str(export))
-    return {
-        "steps": result.global_step,
-        "train_minutes": result.metrics["train_runtime"] / 60,
-        "export": str(export),
-    }
+    return Trained(result.global_step, result.metrics["train_runtime"] / 60, str(export))
