@@ -2,10 +2,13 @@
 documents adaptation trains on and the ones it selects on.
 
 A `.txt` corpus is one document a line; a `.jsonl` corpus one JSON object a line with a `text` field (or the
-field `--corpus-field` names); a `.parquet` corpus a string column of that name. Documents equal to a guarded
-evaluation text (`data.leak_guard`: FOLDOC's held-out terms and definitions, and any `--eval-texts`) are left
-out and counted, as every build leaves them out: adapting on the texts a score is reported on would report a
-tuned score as a held-out one.
+field `corpus.field` names); a `.parquet` corpus a string column of that name.
+
+The leakage guard, as adaptation needs it: a user adapts on the documents they will search, so documents may
+be those of an evaluation's corpus (FOLDOC's held-out definitions among them), as in GPL's and TSDAE's own
+evaluations; what may never enter training is an evaluation's queries, or a pair linking one to its answer.
+Documents equal to a guarded query (FOLDOC's held-out terms, and the texts of `corpus.eval_texts` files) are
+left out and counted, and no pair method reads anything but the documents.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoembed.data import clean, leak_guard, text_key
+from neoembed.data import LeakGuard, clean, foldoc_retrieval, read_eval_keys, text_key
 from neoembed.errors import InputError
 
 FORMATS = (".txt", ".jsonl", ".parquet")
@@ -82,6 +85,20 @@ def _parquet_texts(path: Path, field: str) -> list[str]:
     return texts
 
 
+def query_guard(eval_texts: tuple[Path, ...] = ()) -> LeakGuard:
+    """The evaluation queries no document may be: FOLDOC's held-out terms, then the `eval_texts` files'."""
+    terms, _, _ = foldoc_retrieval()
+    foldoc = frozenset(text_key(clean(term)) for term in terms.values())
+    return LeakGuard({"foldoc": foldoc, "eval_texts": frozenset(read_eval_keys(eval_texts))})
+
+
+def evaluated_documents() -> frozenset[int]:
+    """Documents every run scores on (FOLDOC's held-out definitions): allowed in training, never in the
+    selection split, which must not choose on evaluation text (`contrastive.selection` refuses it)."""
+    _, definitions, _ = foldoc_retrieval()
+    return frozenset(text_key(clean(text)) for text in definitions.values())
+
+
 def read_corpus(
     path: Path,
     *,
@@ -92,9 +109,10 @@ def read_corpus(
     eval_texts: tuple[Path, ...] = (),
 ) -> Corpus:
     """The documents of `path` with at least `min_words` words, once each and none a guarded evaluation
-    text; the last `selection` of them (in a fixed pseudo-random order) held out for selection."""
+    query; `selection` of them (the last in a fixed pseudo-random order that are no evaluation's document, at
+    most a fifth) held out for selection."""
     texts = read_texts(path, field)
-    guard = leak_guard(eval_texts)
+    guard = query_guard(eval_texts)
     kept, seen, leaked = [], set(), dict.fromkeys(guard.sets, 0)
     empty = short = duplicates = 0
     for text in texts:
@@ -117,11 +135,12 @@ def read_corpus(
             f"needs at least {min_documents}"
         )
     kept.sort(key=lambda item: item[0])  # the text key's order: fixed, and unrelated to the file's
-    documents = [text for _, text in kept]
-    held = min(selection, len(documents) // 5)
+    evaluated = evaluated_documents()
+    candidates = [i for i, (key, _) in enumerate(kept) if key not in evaluated]
+    held = set(candidates[len(candidates) - min(selection, len(kept) // 5) :])
     return Corpus(
-        train=documents[: len(documents) - held],
-        selection=documents[len(documents) - held :],
+        train=[text for i, (_, text) in enumerate(kept) if i not in held],
+        selection=[text for i, (_, text) in enumerate(kept) if i in held],
         rows=len(texts),
         empty=empty,
         short=short,

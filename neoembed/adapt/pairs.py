@@ -85,8 +85,9 @@ def words_of(text: str) -> list[str]:
     return text.split()
 
 
-def crop_pair(text: str, rng: random.Random, ratio: tuple[float, float]) -> Pair | None:
-    """Two spans of `text`, each a random share in `ratio` of its words, placed independently."""
+def crop_pair(text: str, rng: random.Random, ratio: tuple[float, float], tries: int = 3) -> Pair | None:
+    """Two different spans of `text`, each a random share in `ratio` of its words, placed independently
+    (drawn again, up to `tries` times, where they coincide)."""
     words = words_of(text)
 
     def span() -> str | None:
@@ -96,8 +97,13 @@ def crop_pair(text: str, rng: random.Random, ratio: tuple[float, float]) -> Pair
         start = rng.randrange(len(words) - length + 1)
         return " ".join(words[start : start + length])
 
-    first, second = span(), span()
-    return (first, second) if first and second and first != second else None
+    for _ in range(tries):
+        first, second = span(), span()
+        if first is None or second is None:
+            return None
+        if first != second:
+            return first, second
+    return None
 
 
 def lead_pair(text: str) -> Pair | None:

@@ -26,8 +26,10 @@ from neoembed.contrastive import (
     ContrastiveTrain,
     DataSettings,
     HeldOutSet,
+    check_trainable,
     run_contrastive,
 )
+from neoembed.data import text_key
 from neoembed.recipes import RecipeError
 from neoembed.run_files import write_json
 from neoembed.training import run_lock
@@ -85,6 +87,18 @@ def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
     return {method: rows for method, rows in pairs.items() if len(rows) >= least}
 
 
+def training_texts(pairs_dir: Path) -> frozenset[int]:
+    """The text keys of every query and positive of the pairs in `pairs_dir`."""
+    from neoembed.data import load_records
+
+    return frozenset(
+        text_key(text)
+        for records in load_records(pairs_dir).values()
+        for column in ("query", "positive")
+        for text in records[column]
+    )
+
+
 def selection_sets(selection_dir: Path) -> list[HeldOutSet]:
     """One selection set per method of the finished selection split in `selection_dir`."""
     sources = json.loads((selection_dir / "stats.json").read_text(encoding="utf-8"))["sources"]
@@ -127,6 +141,7 @@ def corpus_counts(corpus: Corpus) -> dict:
 def run_adapt(settings: AdaptSettings) -> AdaptResult:
     """Adapt `model.base` to the corpus per `settings`; see the module's docstring for what is written."""
     out = Path(settings.train.output_dir)
+    check_trainable(settings.model.base)  # before any work
     with run_lock(out):
         corpus = read_corpus(
             Path(settings.corpus.path),
@@ -156,8 +171,18 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
             return usable, corpus.leaked
 
         made = ensure_pairs(out / PAIRS, config, training_pairs)
-        selection = lambda: (enough(make_pairs(corpus.selection, list(made), **options), MIN_SELECTION), {})  # noqa: E731
-        ensure_pairs(out / SELECTION, config, selection)
+
+        def selection_pairs():
+            trained_on = training_texts(out / PAIRS)
+            held = make_pairs(corpus.selection, list(made), **options)
+            # A short query can recur across documents: a pair sharing a text with training would be
+            # choosing on trained text, which the selection split refuses.
+            unseen = {
+                m: [p for p in rows if trained_on.isdisjoint(map(text_key, p))] for m, rows in held.items()
+            }
+            return enough(unseen, MIN_SELECTION), {}
+
+        ensure_pairs(out / SELECTION, config, selection_pairs)
         counts = corpus_counts(corpus)
         write_json(out / REPORT, {"corpus": counts, "pairs": made})
     training = run_contrastive(contrastive_settings(settings, out))

@@ -34,8 +34,9 @@ class CorpusSettings(StrictSettings):
     """Documents held out as the selection split (at most a fifth of the corpus): their pseudo queries choose
     the WiSE-FT weight and are scored during training; never trained on, never reported."""
     eval_texts: list[str] = Field(default_factory=list)
-    """Files of evaluation texts (.txt a line, .jsonl a `text` field) no document may be: such documents are
-    left out and counted, as are FOLDOC's held-out texts (the leakage guard)."""
+    """Files of evaluation queries (.txt a line, .jsonl a `text` field) no document may be: such documents are
+    left out and counted, as are FOLDOC's held-out terms (the leakage guard; documents of an evaluation's
+    corpus are allowed: they are what a user searches)."""
 
 
 class PairSettings(StrictSettings):

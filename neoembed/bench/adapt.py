@@ -2,12 +2,12 @@
 against the base model, plain sentence-transformers TSDAE on the same documents and CPU minutes, and BM25,
 over several seeds, with paired intervals.
 
-- FOLDOC: the definitions of every FOLDOC entry as the user's documents (no term: no term -> definition pair
-  can enter training; the leakage guard leaves out the held-out set's 1,500 definitions), scored on FOLDOC
-  term -> definition retrieval of the held-out terms.
-- Debian package descriptions: `packages` documents from after the held-out prefix of the fixed sample order
-  (the held-out set's synopses and descriptions are handed to the guard as evaluation texts as well), scored
-  on synopsis -> description retrieval of the held-out packages.
+- FOLDOC: the definitions of every FOLDOC entry as the user's documents, the ones the evaluation searches
+  among them, and no term (so no term -> definition pair can enter training; the guard also leaves out any
+  document equal to a held-out term), scored on FOLDOC term -> definition retrieval of the held-out terms.
+- Debian package descriptions: the first `packages` of the fixed sample order, which begins with the 2,000
+  the evaluation searches (its 500 synopses handed to the guard as evaluation queries), scored on synopsis
+  -> description retrieval.
 - Forgetting: WordNet's held-out example -> definition and lemma -> definition, for every adapted model.
 Each adapted model is compared with the base and with TSDAE given the same corpus, seed and the minutes the
 adaptation's training took; one run is an anecdote: results are seed means with their spread, comparisons
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from neoembed.bench.contrastive import LEMMA_TASK, difference_cell, reuse_or_train
-from neoembed.bench.report import Report, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import AdaptBench
-from neoembed.run_files import write_text
+from neoembed.bench.st_baseline import Budget, Trained
+from neoembed.run_files import METRICS_FILE, read_jsonl, write_text
 
 FOLDOC_TASK = "FOLDOCDefinitionRetrieval"
 PACKAGES_TASK = "PackageDescriptionRetrieval"
@@ -38,17 +39,18 @@ COLUMNS = {
 }
 GAIN = 0.03  # the corpus's own held-out retrieval: mean relative gain over the base
 FORGET = 0.005  # WordNet: no seed more than this below the base
-MINUTES = 10.0  # the adaptation itself on the 10,000-document corpus
+MINUTES = 10.0  # the adaptation itself, pairs to export
 METHODS = {"adapt": "neoembed adapt", "tsdae": "ST TSDAE"}
+# The paired differences reported: method minus other (None: the base model).
+COMPARISONS = (("adapt", None), ("tsdae", None), ("adapt", "tsdae"))
 
 
 @dataclass(frozen=True)
 class Corpus:
     name: str
     task: str  # its held-out retrieval task
-
-
-CORPORA = (Corpus("foldoc", FOLDOC_TASK), Corpus("packages", PACKAGES_TASK))
+    file: Path  # the documents, as a user hands them to `neoembed adapt`
+    eval_texts: tuple[Path, ...] = ()  # evaluation texts the leakage guard keeps out of it
 
 
 @dataclass(frozen=True)
@@ -67,30 +69,113 @@ class Arm:
         return f"{METHODS[self.method]} on {self.corpus}, {self.precision} seed {self.seed}"
 
 
-def write_corpora(out: Path, packages: int) -> dict[str, tuple[Path, list[Path]]]:
-    """Each corpus as the file a user would hand `neoembed adapt`, with its evaluation-text files."""
+@dataclass(frozen=True)
+class Adapted(Trained):
+    """A finished `neoembed adapt` run: the trainer's figures, and the whole adaptation's."""
+
+    minutes: float = 0.0  # corpus to export, wall clock
+    base_weight: float = 0.0  # the WiSE-FT weight chosen on the selection split
+    documents: int = 0  # documents adapted on
+    pairs: dict[str, int] = field(default_factory=dict)  # method -> pairs made
+
+
+def write_corpora(out: Path, packages: int) -> list[Corpus]:
+    """Both corpora as the files a user would hand `neoembed adapt` (the documents they will search among
+    them), with the evaluation queries the guard keeps out."""
     from neoembed.data import packages_retrieval
     from neoembed.data.foldoc import load_entries
     from neoembed.data.packages import load_descriptions
 
     out.mkdir(parents=True, exist_ok=True)
-    foldoc = out / "foldoc.txt"
-    write_text(foldoc, "\n".join(entry.definition for entry in load_entries()) + "\n")
-    heldout = packages_retrieval()
-    guarded = out / "packages-heldout.txt"
-    write_text(guarded, "\n".join([*heldout[0].values(), *heldout[1].values()]) + "\n")
-    documents = load_descriptions()[len(heldout[1]) : len(heldout[1]) + packages]
-    described = out / "packages.jsonl"
+    foldoc = out / "foldoc.txt"  # every definition, no term; the guard knows FOLDOC's held-out terms itself
+    write_text(foldoc, "".join(entry.definition + "\n" for entry in load_entries()))
+    synopses, _, _ = packages_retrieval()
+    guarded = out / "packages-queries.txt"
+    write_text(guarded, "".join(text + "\n" for text in synopses.values()))
+    described = out / "packages.jsonl"  # the held-out descriptions are the first of the sample order
+    documents = load_descriptions()[:packages]
     write_text(described, "".join(json.dumps({"text": d.description}) + "\n" for d in documents))
-    return {"foldoc": (foldoc, []), "packages": (described, [guarded])}
+    return [Corpus("foldoc", FOLDOC_TASK, foldoc), Corpus("packages", PACKAGES_TASK, described, (guarded,))]
+
+
+def adapt_settings(bench: AdaptBench, corpus: Corpus, arm: Arm, run_dir: Path):
+    """The recipe with the user's overrides, then the fields the bench sets: corpus, base, run, seed,
+    precision and threads."""
+    from neoembed.adapt import AdaptSettings
+    from neoembed.packaged import resolve_recipe
+    from neoembed.recipes import load_recipe, parse_overrides
+
+    overrides = parse_overrides([f"--{item}" for item in bench.overrides])
+    fixed = {
+        "corpus.path": str(corpus.file),
+        "corpus.eval_texts": [str(p) for p in corpus.eval_texts],
+        "model.base": bench.model,
+        "train.output_dir": str(run_dir),
+        "train.seed": arm.seed,
+        "train.precision": arm.precision,
+        "train.threads": bench.threads,
+    }
+    return load_recipe(resolve_recipe(bench.recipe), AdaptSettings, {**overrides, **fixed})
+
+
+def adapt(settings) -> Adapted:
+    from neoembed.adapt import run_adapt
+
+    started = time.perf_counter()
+    result = run_adapt(settings)
+    minutes = (time.perf_counter() - started) / 60
+    metrics = read_jsonl(Path(settings.train.output_dir) / "train" / METRICS_FILE)
+    runtime = next(m["train_runtime"] for m in reversed(metrics) if "train_runtime" in m)
+    training = result.training
+    return Adapted(
+        steps=training.steps,
+        train_minutes=runtime / 60,
+        export=str(training.export),
+        minutes=minutes,
+        base_weight=training.base_weight,
+        documents=result.corpus["train"],
+        pairs=result.pairs,
+    )
+
+
+def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> dict[Arm, Trained]:
+    """One seed of both methods on `corpus`: the adaptation, then TSDAE for as many minutes on its documents."""
+    from neoembed.adapt import read_corpus
+    from neoembed.bench import tsdae_baseline
+
+    ours, theirs = (Arm(corpus.name, method, seed, precision) for method in METHODS)
+    run_dir = bench.out / ours.name
+    settings = adapt_settings(bench, corpus, ours, run_dir)
+    recipe = settings.model_dump(mode="json", exclude={"train": {"output_dir"}})
+    identity = {"recipe": recipe, "corpus": corpus.file.stat().st_size}
+    adapted = reuse_or_train(run_dir, identity, bench.fresh, lambda: adapt(settings), Adapted)
+    read = settings.corpus
+    documents = read_corpus(
+        corpus.file,
+        field=read.field,
+        min_words=read.min_words,
+        min_documents=read.min_documents,
+        selection=read.selection,
+        eval_texts=corpus.eval_texts,
+    ).train
+    budget = Budget(None, adapted.train_minutes, seed, precision)
+    tsdae_dir = bench.out / theirs.name
+    identity = {"base": bench.model, "corpus": identity["corpus"], "budget": budget, "threads": bench.threads,
+                "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
+    trained = reuse_or_train(
+        tsdae_dir,
+        json.loads(json.dumps(identity, default=vars)),
+        bench.fresh,
+        lambda: tsdae_baseline.train(
+            bench.model, documents, tsdae_dir, tsdae_dir / "model", budget, settings.model.max_length
+        ),
+    )
+    return {ours: adapted, theirs: trained}
 
 
 def run(bench: AdaptBench) -> WrittenReport:
     import torch
 
-    from neoembed.adapt import AdaptSettings, read_corpus, run_adapt
-    from neoembed.bench import tsdae_baseline
-    from neoembed.bench.st_baseline import Budget
     from neoembed.evaluation import (
         LOCAL_TASKS,
         EvalSettings,
@@ -98,237 +183,156 @@ def run(bench: AdaptBench) -> WrittenReport:
         run_evaluation,
         saved_row_inputs,
     )
-    from neoembed.packaged import resolve_recipe
-    from neoembed.recipes import load_recipe, parse_overrides
 
     torch.set_num_threads(bench.threads)
-    out_dir = bench.out
-    corpora = write_corpora(out_dir / "corpora", bench.packages)
-    recipe = resolve_recipe(bench.recipe)
-    overrides = parse_overrides([f"--{item}" for item in bench.overrides])
-    precisions = bench.run_precisions()
-    runs: dict[str, dict] = {}
-    arms: list[Arm] = []
-    for corpus in CORPORA:
-        path, eval_texts = corpora[corpus.name]
-        for precision in precisions:
+    corpora = write_corpora(bench.out / "corpora", bench.packages)
+    runs: dict[Arm, Trained] = {}
+    for corpus in corpora:
+        for precision in bench.precisions:
             for seed in range(bench.seeds):
-                adapt_arm, tsdae_arm = (
-                    Arm(corpus.name, "adapt", seed, precision),
-                    Arm(corpus.name, "tsdae", seed, precision),
-                )
-                run_dir = out_dir / adapt_arm.name
-                settings = load_recipe(
-                    recipe,
-                    AdaptSettings,
-                    {
-                        **overrides,
-                        "corpus.path": str(path),
-                        "corpus.eval_texts": [str(p) for p in eval_texts],
-                        "model.base": bench.model,
-                        "train.output_dir": str(run_dir),
-                        "train.seed": seed,
-                        "train.precision": precision,
-                        "train.threads": bench.threads,
-                    },
-                )
-
-                def adapt(settings=settings, run_dir=run_dir) -> dict:
-                    started = time.perf_counter()
-                    result = run_adapt(settings)
-                    minutes = (time.perf_counter() - started) / 60
-                    metrics = [
-                        json.loads(line)
-                        for line in (run_dir / "train" / "metrics.jsonl").read_text().splitlines()
-                    ]
-                    train_minutes = (
-                        next(m["train_runtime"] for m in reversed(metrics) if "train_runtime" in m) / 60
-                    )
-                    return {"steps": result.training.steps, "minutes": minutes, "train_minutes": train_minutes,
-                            "export": result.training.export, "base_weight": result.training.base_weight,
-                            "corpus": result.corpus, "pairs": result.pairs}  # fmt: skip
-
-                identity = {
-                    "recipe": settings.model_dump(mode="json", exclude={"train": {"output_dir"}}),
-                    "corpus": path.stat().st_size,
-                }
-                runs[adapt_arm.name] = adapted = reuse_or_train(run_dir, identity, bench.fresh, adapt)
-                documents = read_corpus(
-                    path,
-                    field=settings.corpus.field,
-                    min_words=settings.corpus.min_words,
-                    min_documents=settings.corpus.min_documents,
-                    selection=settings.corpus.selection,
-                    eval_texts=tuple(eval_texts),
-                ).train
-                budget = Budget(None, adapted["train_minutes"], seed, precision)
-                tsdae_dir = out_dir / tsdae_arm.name
-                runs[tsdae_arm.name] = reuse_or_train(
-                    tsdae_dir,
-                    {
-                        "base": bench.model,
-                        "corpus": path.stat().st_size,
-                        "budget": asdict(budget),
-                        "threads": bench.threads,
-                        "settings": [
-                            tsdae_baseline.LEARNING_RATE,
-                            tsdae_baseline.BATCH_SIZE,
-                            tsdae_baseline.DELETE_RATIO,
-                        ],
-                    },  # fmt: skip
-                    bench.fresh,
-                    lambda d=documents, b=budget, r=tsdae_dir, s=settings: tsdae_baseline.train(
-                        bench.model, d, r, r / "model", b, s.model.max_length
-                    ),
-                )
-                arms += [adapt_arm, tsdae_arm]
+                runs |= train_arms(bench, corpus, precision, seed)
 
     base_row = f"{Path(bench.model).name} (base)"
-    models = {base_row: bench.model, "BM25": "bm25", **{arm.label: runs[arm.name]["export"] for arm in arms}}
-    eval_settings = EvalSettings(max_length=256)
-    specs = dict(zip(models, resolve_models(list(models.values()), eval_settings)))
-    evaluated = run_evaluation(
-        list(specs.values()), [LOCAL_TASKS[t]() for t in COLUMNS], eval_settings, out_dir / "mteb"
-    )
+    models = {
+        base_row: bench.model,
+        "BM25": "bm25",
+        **{arm.label: trained.export for arm, trained in runs.items()},
+    }
+    settings = EvalSettings(max_length=256)
+    specs = dict(zip(models, resolve_models(list(models.values()), settings)))
+    tasks = [LOCAL_TASKS[task]() for task in COLUMNS]
+    evaluated = run_evaluation(list(specs.values()), tasks, settings, bench.out / "mteb")
     scores = {label: evaluated.summary.scores[spec.label] for label, spec in specs.items()}
-    saved = saved_row_inputs(list(specs.values()), evaluated.summary, out_dir / "mteb")
-    inputs = {label: saved[spec.label] for label, spec in specs.items()}
-    compared = Comparisons(arms, inputs, base_row)
+    saved = saved_row_inputs(list(specs.values()), evaluated.summary, bench.out / "mteb")
+    seeded = SeedAverages({label: saved[spec.label] for label, spec in specs.items()}, base_row)
 
-    summary_rows, difference_rows, checks = [], [], []
-    for corpus in CORPORA:
-        for precision in precisions:
-            group = [a for a in arms if a.corpus == corpus.name and a.precision == precision]
-            summary_rows += seed_rows(corpus, precision, group, scores, base_row)
-            difference_rows += compared.rows(corpus, precision, group)
-            checks += goal_checks(corpus, precision, group, scores, base_row, compared, runs)
-    per_run = [
-        {
-            "model": label,
-            **{column: f"{scores[label].get(task, float('nan')):.4f}" for task, column in COLUMNS.items()},
-            **(
-                {"steps": runs[arm.name]["steps"], "train minutes": f"{runs[arm.name]['train_minutes']:.1f}"}
-                if (arm := next((a for a in arms if a.label == label), None))
-                else {}
-            ),
-        }  # fmt: skip
-        for label in models
-    ]
+    summary, differences, verdicts = [], [], []
+    for corpus in corpora:
+        for precision in bench.precisions:
+            group = [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision]
+            summary += seed_rows(corpus, precision, group, scores, base_row)
+            differences += seeded.rows(corpus, precision, group)
+            verdicts += goal_checks(corpus, precision, group, scores, base_row, seeded, runs)
+    per_run = [run_row(label, scores, runs) for label in models]
     notes = (
-        f"{bench.seeds} seeds in {', '.join(precisions)} on {bench.threads} CPU thread(s); neoembed adapt: the "
-        f"{Path(recipe).stem} recipe; ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, 60% of words deleted, lr 3e-5, "
-        "batch 8, constant schedule) on the same documents for the minutes the adaptation's training took. Scores "
+        f"{bench.seeds} seeds in {', '.join(bench.precisions)} on {bench.threads} CPU thread(s); neoembed adapt: "
+        f"the {bench.recipe} recipe; ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, 60% of words deleted, lr "
+        "3e-5, batch 8, constant schedule) on the same documents for the minutes the adaptation's training took. "
         "nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
+    )
+    intervals = (
+        "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
+        "bootstrap over the queries; * where the interval excludes 0."
     )
     report = Report(
         name="adapt",
         title="neoembed bench adapt",
         tables=[
-            Table(summary_rows, ["corpus", "model", *COLUMNS.values()], after=[notes]),
-            Table(
-                difference_rows,
-                ["corpus", "comparison", *COLUMNS.values()],
-                after=[
-                    "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
-                    "bootstrap over the queries; * where the interval excludes 0."
-                ],
-            ),  # fmt: skip
-            Table(per_run, ["model", *COLUMNS.values(), "steps", "train minutes"]),
+            Table(summary, ["corpus", "model", *COLUMNS.values()], after=[notes]),
+            Table(differences, ["corpus", "comparison", *COLUMNS.values()], after=[intervals]),
+            Table(per_run, ["model", *COLUMNS.values(), "steps", "train minutes", "adapt minutes"]),
         ],
-        verdicts=[check for check in checks],
+        verdicts=verdicts,
         payload={
             "rows": per_run,
-            "summary": summary_rows,
-            "differences": difference_rows,
+            "summary": summary,
+            "differences": differences,
             "scores": scores,
-            "runs": runs,
-            "recipe": str(recipe),
-            "overrides": overrides,
-            "seeds": bench.seeds,
-            "precisions": list(precisions),
-            "threads": bench.threads,
+            "runs": {arm.name: trained for arm, trained in runs.items()},
+            "bench": bench,
         },  # fmt: skip
     )
-    return write_report(report, out_dir)
+    return write_report(report, bench.out)
 
 
-def seed_rows(corpus: Corpus, precision: str, group: list[Arm], scores: dict, base_row: str) -> list[dict]:
-    rows = [{"corpus": corpus.name, "model": label, **{c: f"{scores[label][t]:.4f}" for t, c in COLUMNS.items()}}
+def run_row(label: str, scores: dict, runs: dict[Arm, Trained]) -> Row:
+    trained = next((t for arm, t in runs.items() if arm.label == label), None)
+    figures = {column: scores[label].get(task) for task, column in COLUMNS.items()}
+    if trained is not None:
+        figures |= {"steps": trained.steps, "train minutes": round(trained.train_minutes, 1)}
+    if isinstance(trained, Adapted):
+        figures["adapt minutes"] = round(trained.minutes, 1)
+    return Row({"model": label}, figures)
+
+
+def seed_rows(corpus: Corpus, precision: str, group: list[Arm], scores: dict, base_row: str) -> list[Row]:
+    """The base and BM25, then each method's seed mean (change vs the base) [lowest, highest]."""
+    rows = [Row({"corpus": corpus.name, "model": label}, {c: scores[label].get(t) for t, c in COLUMNS.items()})
             for label in (base_row, "BM25")]  # fmt: skip
     for method, name in METHODS.items():
-        labels = [a.label for a in group if a.method == method]
-        row = {"corpus": corpus.name, "model": f"{name} {precision} x {len(labels)}"}
+        labels = [arm.label for arm in group if arm.method == method]
+        figures = {}
         for task, column in COLUMNS.items():
             values = [scores[label][task] for label in labels]
             mean, reference = sum(values) / len(values), scores[base_row][task]
-            row[column] = f"{mean:.4f} ({mean / reference - 1:+.1%}) [{min(values):.4f}, {max(values):.4f}]"
-        rows.append(row)
+            figures[column] = (
+                f"{mean:.4f} ({mean / reference - 1:+.1%}) [{min(values):.4f}, {max(values):.4f}]"
+            )
+        rows.append(Row({"corpus": corpus.name, "model": f"{name} {precision} x {len(labels)}"}, figures))
     return rows
 
 
-class Comparisons:
-    """Paired differences of seed-averaged scores: adapt - base, tsdae - base, adapt - tsdae."""
+class SeedAverages:
+    """Each method's runs in a group as one model (`significance.mean_of`), compared pairwise."""
 
-    PAIRS = (("adapt", None), ("tsdae", None), ("adapt", "tsdae"))
+    def __init__(self, inputs: dict, base_row: str) -> None:
+        self.inputs, self.base_row = inputs, base_row
 
-    def __init__(self, arms: list[Arm], inputs: dict, base_row: str) -> None:
-        self.arms, self.inputs, self.base_row = arms, inputs, base_row
-
-    def _side(self, group: list[Arm], method: str | None):
+    def _side(self, group: list[Arm], method: str | None) -> dict:
         from neoembed.evaluation import mean_of
 
-        labels = [a.label for a in group if a.method == method] if method else [self.base_row]
+        labels = [arm.label for arm in group if arm.method == method] if method else [self.base_row]
         return {task: mean_of([self.inputs[label][task] for label in labels]) for task in COLUMNS}
 
     def compare(self, group: list[Arm], method: str, other: str | None) -> dict:
+        """Task (and "Average") -> the paired `significance.Difference` of method minus other."""
         from neoembed.evaluation import compare_pair
 
         ours, theirs = self._side(group, method), self._side(group, other)
         found = compare_pair(method, other or "base", {task: (ours[task], theirs[task]) for task in COLUMNS})
-        return {d.row: d for d in found}
+        return {difference.row: difference for difference in found}
 
-    def rows(self, corpus: Corpus, precision: str, group: list[Arm]) -> list[dict]:
+    def rows(self, corpus: Corpus, precision: str, group: list[Arm]) -> list[Row]:
         rows = []
-        for method, other in self.PAIRS:
+        for method, other in COMPARISONS:
             found = self.compare(group, method, other)
             name = f"{METHODS[method]} - {METHODS[other] if other else 'base'} ({precision})"
-            rows.append({"corpus": corpus.name, "comparison": name,
-                         **{column: difference_cell(found.get(task)) for task, column in COLUMNS.items()}})  # fmt: skip
+            cells = {column: difference_cell(found.get(task)) for task, column in COLUMNS.items()}
+            rows.append(Row({"corpus": corpus.name, "comparison": name}, cells))
         return rows
 
 
-def goal_checks(corpus, precision, group, scores, base_row, compared: Comparisons, runs) -> list[str]:
-    """The issue's targets for one corpus and precision, each a sentence saying met or NOT met."""
-    adapted = [a for a in group if a.method == "adapt"]
-    task = corpus.task
-    gains = [scores[a.label][task] / scores[base_row][task] - 1 for a in adapted]
-    mean_gain = sum(gains) / len(gains)
-    versus_base = compared.compare(group, "adapt", None).get(task)
-    versus_tsdae = compared.compare(group, "adapt", "tsdae").get(task)
-
-    def interval(d) -> str:
-        return difference_cell(d) + " points"
+def goal_checks(corpus, precision, group, scores, base_row, seeded: SeedAverages, runs) -> list[str]:
+    """The targets for one corpus and precision, each a sentence ending met or NOT met."""
+    adapted = [arm for arm in group if arm.method == "adapt"]
+    where = f"{corpus.name} ({precision})"
 
     def verdict(met: bool) -> str:
         return "met" if met else "NOT met"
 
+    def above_zero(difference) -> bool:
+        return difference is not None and difference.low is not None and difference.low > 0
+
+    gains = [scores[arm.label][corpus.task] / scores[base_row][corpus.task] - 1 for arm in adapted]
+    mean_gain = sum(gains) / len(gains)
+    versus_base = seeded.compare(group, "adapt", None).get(corpus.task)
+    versus_tsdae = seeded.compare(group, "adapt", "tsdae").get(corpus.task)
     lines = [
-        f"{corpus.name} ({precision}): held-out retrieval gain over the base >= {GAIN:+.0%} with the interval above 0: "
-        f"mean {mean_gain:+.2%}, {interval(versus_base)}: "
-        f"{verdict(mean_gain >= GAIN and versus_base is not None and (versus_base.low or 0) > 0)}",
-        f"{corpus.name} ({precision}): ahead of ST TSDAE with the interval above 0: {interval(versus_tsdae)}: "
-        f"{verdict(versus_tsdae is not None and (versus_tsdae.low or 0) > 0)}",
+        f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0: mean {mean_gain:+.2%}, "
+        f"{difference_cell(versus_base)} points: {verdict(mean_gain >= GAIN and above_zero(versus_base))}",
+        f"{where}: ahead of ST TSDAE, interval above 0: {difference_cell(versus_tsdae)} points: "
+        f"{verdict(above_zero(versus_tsdae))}",
     ]
-    for forgetting in FORGETTING:
-        worst = min(scores[a.label][forgetting] / scores[base_row][forgetting] - 1 for a in adapted)
+    for task in FORGETTING:
+        worst = min(scores[arm.label][task] / scores[base_row][task] - 1 for arm in adapted)
         lines.append(
-            f"{corpus.name} ({precision}): {COLUMNS[forgetting]} within {FORGET:.1%} of the base in every seed: "
-            f"worst {worst:+.2%}: {verdict(worst >= -FORGET)}"
+            f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed: worst {worst:+.2%}: "
+            f"{verdict(worst >= -FORGET)}"
         )
-    minutes = max(runs[a.name]["minutes"] for a in adapted)
+    longest = max(runs[arm].minutes for arm in adapted)
+    documents = runs[adapted[0]].documents
     lines.append(
-        f"{corpus.name} ({precision}): adaptation under {MINUTES:g} minutes: longest {minutes:.1f} minutes "
-        f"(pairs, training, selection, export) on {runs[adapted[0].name]['corpus']['rows']:,} documents: "
-        f"{verdict(minutes < MINUTES)}"
+        f"{where}: adaptation under {MINUTES:g} minutes on {documents:,} documents: longest {longest:.1f} "
+        f"minutes (pairs, training, selection, export): {verdict(longest < MINUTES)}"
     )
     return lines

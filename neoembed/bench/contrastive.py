@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -55,6 +55,7 @@ EXAMPLE_GAIN = 0.08  # mean over runs on WordNet example -> definition
 EPSILON = 1e-9
 Scores = dict[str, dict[str, float | None]]  # model label -> task -> main score in [0, 1]
 METHODS = {"neoembed": "neoembed", "st": "ST MNRL"}  # method -> its label in the tables
+T = TypeVar("T", bound=Trained)  # what a reused run recorded
 # The paired differences reported per group: method minus other (None: the base model).
 COMPARISONS = (("neoembed", None), ("st", None), ("neoembed", "st"))
 
@@ -181,11 +182,11 @@ def data_identity(data: Path) -> str:
 
 
 def reuse_or_train(
-    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], Trained]
-) -> Trained:
-    """The result recorded by a finished run in `run_dir` with the same `identity`, else train afresh (a
-    resumed run would get a second time budget). `run_dir` may be a link to a run of another bench directory
-    (reused from there; replaced by a fresh run of its own, never trained over)."""
+    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], T], kind: type[T] = Trained
+) -> T:
+    """The result (a `kind`) recorded by a finished run in `run_dir` with the same `identity`, else train
+    afresh (a resumed run would get a second time budget). `run_dir` may be a link to a run of another bench
+    directory (reused from there; replaced by a fresh run of its own, never trained over)."""
     marker = run_dir / "bench-run.json"
     identity = json.loads(json.dumps(identity))  # as it reads back from the marker
     if not fresh and marker.is_file():
@@ -193,7 +194,7 @@ def reuse_or_train(
         if "recipe" in recorded["identity"]:  # markers written before 2026-11-26 also held the arm's location
             recorded["identity"]["recipe"] = recipe_identity(recorded["identity"]["recipe"])
         if recorded["identity"] == identity:
-            return replace(Trained(**recorded["result"]), reused=True)
+            return replace(kind(**recorded["result"]), reused=True)
     if run_dir.is_symlink():
         run_dir.unlink()
     shutil.rmtree(run_dir, ignore_errors=True)

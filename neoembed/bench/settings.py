@@ -340,6 +340,3 @@ class AdaptBench(BenchSettings):
     """Retrain instead of reusing finished runs under --out."""
     out: Path = Path("runs/bench/adapt")
     """Directory for adapt.json and .md, the corpora, the runs and their scores."""
-
-    def run_precisions(self) -> tuple[str, ...]:
-        return self.precisions

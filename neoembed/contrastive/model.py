@@ -21,6 +21,23 @@ def _is_sentence_transformers_dir(name: str) -> bool:
     return (Path(name) / "modules.json").exists()
 
 
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+
+
+def check_trainable(name: str) -> None:
+    """Refuse a local directory holding an ONNX graph and no torch weights: ONNX Runtime serves it, nothing
+    here can train it."""
+    path = Path(resolve_model_name(name))
+    if not (path / "onnx").is_dir() and not any(path.glob("*.onnx")):
+        return
+    if not any(next(path.rglob(pattern), None) for pattern in WEIGHT_FILES):
+        raise BaseModelError(
+            f"model.base {name!r} holds an ONNX graph and no trainable weights (safetensors); train the model "
+            "directory it was exported from",
+            param="model.base",
+        )
+
+
 def check_encoder(config, name: str) -> None:
     """Refuse decoder-only and encoder-decoder models: InfoNCE here pools a bidirectional encoder."""
     from transformers.models.auto.modeling_auto import (
@@ -45,6 +62,7 @@ def build_model(base: str, pooling: str, max_length: int, trust_remote_code: boo
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     from transformers import AutoConfig
 
+    check_trainable(base)
     resolved = resolve_model_name(base)
     try:
         if _is_sentence_transformers_dir(resolved):

@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     )
     from .leakage import (
         GuardedTexts as GuardedTexts,
-        leak_guard as leak_guard,
+        LeakGuard as LeakGuard,
+        read_eval_keys as read_eval_keys,
     )
     from .manifest import load_manifests as load_manifests
     from .manpages import manpages_retrieval as manpages_retrieval

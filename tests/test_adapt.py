@@ -1,0 +1,194 @@
+"""`neoembed adapt`: documents in, pairs made from them alone, an adapted model out; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from test_contrastive import tiny_encoder_dir
+from typer.testing import CliRunner
+
+from neoembed.adapt import CorpusError, make_pairs, read_corpus, read_texts
+from neoembed.cli import app
+from neoembed.data import foldoc_retrieval, load_records
+
+WORDS = [
+    "kernel",
+    "socket",
+    "buffer",
+    "thread",
+    "process",
+    "memory",
+    "page",
+    "cache",
+    "driver",
+    "device",
+    "packet",
+    "route",
+    "table",
+    "index",
+    "query",
+    "parser",
+    "compiler",
+    "linker",
+    "symbol",
+    "stack",
+    "heap",
+    "signal",
+    "timer",
+    "clock",
+    "file",
+    "inode",
+    "mount",
+    "block",
+    "sector",
+]
+
+
+def documents(n: int, seed: int = 0) -> list[str]:
+    """`n` distinct two-sentence documents over a small technical vocabulary."""
+    rng = random.Random(seed)
+
+    def sentence() -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 10))).capitalize() + "."
+
+    return [f"Document {i}: {sentence()} {sentence()}" for i in range(n)]
+
+
+def test_each_method_makes_pairs_from_the_document_alone():
+    texts = documents(50)
+    made = make_pairs(texts, ["crop", "lead", "terms"], seed=0, term_words=2)
+    assert {m: len(p) for m, p in made.items()} == {"crop": 50, "lead": 50, "terms": 50}
+    by_text = set(texts)
+    for first, second in made["crop"]:  # two spans of one document
+        assert any(first in t and second in t for t in texts)
+    for lead, rest in made["lead"]:  # the first sentence, then the rest
+        assert f"{lead} {rest}" in by_text and lead.endswith(".")
+    for query, positive in made["terms"]:
+        assert positive in by_text and len(query.split()) == 2
+        assert all(word in positive for word in query.split())
+    hidden = make_pairs(texts, ["terms"], seed=0, hide_terms=True)["terms"]
+    assert all(not set(q.casefold().split()) & set(p.casefold().split()) for q, p in hidden)
+    assert make_pairs(texts, ["crop"], seed=0) == make_pairs(texts, ["crop"], seed=0)
+
+
+def test_a_row_budget_passes_over_the_documents_again_except_for_lead():
+    made = make_pairs(documents(20), ["crop", "lead"], rows=50, seed=1)
+    assert len(made["crop"]) == 50 and len(set(made["crop"])) > 20
+    assert len(made["lead"]) == 20  # it draws nothing: a second pass would repeat the first
+
+
+def write(path: Path, texts: list[str]) -> Path:
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    else:
+        path.write_text("".join(t + "\n" for t in texts))
+    return path
+
+
+def test_the_corpus_is_cleaned_deduplicated_and_guarded(tmp_path):
+    _, definitions, _ = foldoc_retrieval()
+    evaluated = list(definitions.values())[:40]  # an evaluation's documents: what a user searches
+    query = "a held-out evaluation query long enough to be a document of its own"
+    texts = [*documents(200), *evaluated, "", "too short", documents(1)[0].upper(), query]
+    (tmp_path / "queries.txt").write_text(query + "\n")
+    corpus = read_corpus(
+        write(tmp_path / "docs.jsonl", texts),
+        min_words=5,
+        min_documents=100,
+        selection=30,
+        eval_texts=(tmp_path / "queries.txt",),
+    )
+    assert (corpus.rows, corpus.empty, corpus.short, corpus.duplicates) == (len(texts), 1, 1, 1)
+    assert corpus.leaked == {"eval_texts": 1}
+    assert len(corpus.selection) == 30 and len(corpus.train) == 200 + 40 - 30
+    assert set(evaluated) <= set(corpus.train)  # trained on, never selected on
+    assert not set(evaluated) & set(corpus.selection)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("docs.csv", "a,b\n", "a corpus is one of .txt, .jsonl, .parquet"),
+        ("docs.jsonl", '{"text": "fine"}\n{"text": \n', "docs.jsonl:2: not a JSON object"),
+        ("docs.jsonl", '{"body": "no text field"}\n', "docs.jsonl:1: no string field 'text'"),
+        ("docs.txt", b"caf\xe9\n", "not UTF-8 text"),
+    ],
+)
+def test_an_unreadable_corpus_is_named_with_its_row(tmp_path, name, content, expected):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(CorpusError, match=expected):
+        read_texts(path)
+
+
+def test_a_parquet_corpus_names_a_missing_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "docs.parquet")
+    with pytest.raises(CorpusError, match=r"no column 'text'; it has \['body'\]"):
+        read_texts(tmp_path / "docs.parquet")
+    assert read_texts(tmp_path / "docs.parquet", field="body") == ["x"]
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory, minilm_path) -> Path:
+    return tiny_encoder_dir(tmp_path_factory.mktemp("adapt-base"), minilm_path)
+
+
+def adapt_args(corpus: Path, out: Path, base: Path, *more: str) -> list[str]:
+    return [
+        "adapt", "--corpus", str(corpus), "--out", str(out), "--model", str(base), "--steps", "3",
+        "--train.batch_size", "8", "--train.threads", "1", "--train.eval_steps", "3",
+        "--train.save_steps", "3", "--train.log_steps", "1", "--corpus.min_documents", "50", "--corpus.selection", "40",
+        "--model.max_length", "32", "--export.selection.general", "[]", *more,
+    ]  # fmt: skip
+
+
+def test_adapt_exports_a_model_and_resumes(tmp_path, encoder):
+    from sentence_transformers import SentenceTransformer
+
+    corpus, out = write(tmp_path / "docs.txt", documents(300)), tmp_path / "run"
+    result = CliRunner().invoke(app, adapt_args(corpus, out, encoder))
+    assert result.exit_code == 0, result.output
+    assert "corpus: 300 rows -> 260 documents to adapt on, 40 to select on" in result.output
+    assert "pairs: crop 8, lead 8, terms 8" in result.output
+    recorded = json.loads((out / "adapt.json").read_text())
+    assert recorded["pairs"] == {"crop": 8, "lead": 8, "terms": 8}
+    selection = load_records(out / "selection")
+    assert sorted(selection) == ["crop", "lead", "terms"] and len(selection["lead"]) == 40
+    trained = {
+        t for rows in load_records(out / "pairs").values() for t in [*rows["query"], *rows["positive"]]
+    }
+    held = {t for rows in selection.values() for t in [*rows["query"], *rows["positive"]]}
+    assert not trained & held  # a short query recurring across documents leaves the selection split
+    assert SentenceTransformer(str(out / "model")).encode(["a socket buffer"]).shape == (1, 32)
+    again = CliRunner().invoke(app, adapt_args(corpus, out, encoder))
+    assert again.exit_code == 0 and "steps: 3" in again.output
+    other = CliRunner().invoke(app, adapt_args(corpus, out, encoder, "--pairs.methods", '["crop"]'))
+    assert other.exit_code == 2
+    assert "holds pairs made from another corpus or other settings" in other.output
+
+
+def test_bad_input_is_one_line(tmp_path, encoder):
+    def refused(args: list[str]) -> str:
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        line = result.output.strip().splitlines()[-1]
+        assert line.startswith("neoembed adapt: ")
+        return line
+
+    out = tmp_path / "run"
+    empty = write(tmp_path / "empty.txt", [])
+    assert "0 usable documents of 0 rows" in refused(adapt_args(empty, out, encoder))
+    short = write(tmp_path / "short.txt", [f"word {i}" for i in range(300)])
+    assert "300 under 8 words" in refused(adapt_args(short, out, encoder))
+    onnx = tmp_path / "onnx-only"
+    (onnx / "onnx").mkdir(parents=True)
+    (onnx / "onnx" / "model.onnx").write_bytes(b"")
+    corpus = write(tmp_path / "docs.txt", documents(300))
+    assert "holds an ONNX graph and no trainable weights" in refused(adapt_args(corpus, out, onnx))
+    assert not (out / "pairs").exists()  # refused before any work
