@@ -1,6 +1,6 @@
 """Every recipe field named anywhere exists: as a command-line override (`--train.output_dir`) or in backquotes
 (`loss.distill.teacher`) in the code, the recipes, the README and the docs, it resolves in the settings of
-pretrain, contrastive or GLUE. Code names fields through `recipes.field_path` / `recipes.flag`, which check
+pretrain, contrastive, adapt or GLUE. Code names fields through `recipes.field_path` / `recipes.flag`, which check
 them when they run; this test covers the text."""
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from neoembed.adapt import AdaptSettings
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.glue import GlueSettings
 from neoembed.pretrain import PretrainSettings
 from neoembed.recipes import field_path, flag, override_args
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = (PretrainSettings, ContrastiveSettings, GlueSettings)
+SETTINGS = (PretrainSettings, ContrastiveSettings, AdaptSettings, GlueSettings)
 SECTIONS = sorted({name for settings in SETTINGS for name in settings.model_fields if "_" not in name})
 FIELD = rf"(?:{'|'.join(SECTIONS)})(?:\.[a-z_0-9]+)+"
 OVERRIDE = re.compile(rf"--({FIELD})\b")

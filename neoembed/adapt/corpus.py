@@ -28,16 +28,40 @@ class CorpusError(InputError):
 
 
 @dataclass(frozen=True)
+class CorpusCounts:
+    """What reading a corpus kept and left out (`adapt.json`, the command's first line)."""
+
+    rows: int  # rows read
+    train: int  # documents pairs are made from
+    selection: int  # documents held out for selection
+    empty: int  # rows with no text
+    short: int  # documents under the minimum words
+    duplicates: int  # documents whose text key an earlier one had
+    leaked: dict[str, int]  # guarded evaluation set -> documents left out because they are its queries
+
+
+@dataclass(frozen=True)
 class Corpus:
     """The documents adaptation uses, and what reading the file left out."""
 
     train: list[str]  # documents pairs are made from
-    selection: list[str]  # held-out documents: pseudo queries that choose the steps and the WiSE-FT weight
-    rows: int  # rows read
-    empty: int  # rows with no text
-    short: int  # documents under the minimum words
-    duplicates: int  # documents whose text key an earlier one had
-    leaked: dict[str, int]  # guarded evaluation set -> documents left out because it holds them
+    selection: list[str]  # held-out documents whose pairs choose the WiSE-FT weight
+    rows: int
+    empty: int
+    short: int
+    duplicates: int
+    leaked: dict[str, int]
+
+    def counts(self) -> CorpusCounts:
+        return CorpusCounts(
+            self.rows,
+            len(self.train),
+            len(self.selection),
+            self.empty,
+            self.short,
+            self.duplicates,
+            self.leaked,
+        )
 
 
 def read_texts(path: Path, field: str = "text") -> list[str]:

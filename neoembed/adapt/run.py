@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from neoembed.adapt.corpus import Corpus, CorpusError, read_corpus
+from neoembed.adapt.corpus import CorpusCounts, CorpusError, read_corpus
 from neoembed.adapt.pairs import make_pairs, write_pairs
 from neoembed.adapt.settings import AdaptSettings
 from neoembed.contrastive import (
@@ -40,12 +41,12 @@ MIN_SELECTION = 20  # pairs a method's selection set needs to rank anything wort
 
 @dataclass(frozen=True)
 class AdaptResult:
-    corpus: dict  # Corpus counts: rows, kept for training and selection, and each reason a row was left out
+    corpus: CorpusCounts  # rows read, documents kept for training and selection, each reason one was left out
     pairs: dict[str, int]  # method -> training pairs made
     training: ContrastiveResult
 
 
-def pair_config(settings: AdaptSettings) -> dict:
+def pair_config(settings: AdaptSettings) -> dict[str, Any]:
     """What the pairs are made from: a change in any of it makes other pairs."""
     corpus = Path(settings.corpus.path).resolve()
     stat = corpus.stat()
@@ -65,7 +66,7 @@ def training_rows(settings: AdaptSettings) -> int:
     return max(drawn, train.batch_size)
 
 
-def ensure_pairs(out: Path, config: dict, make) -> dict[str, int]:
+def ensure_pairs(out: Path, config: dict[str, Any], make) -> dict[str, int]:
     """The pairs in `out` (made by `make()` unless a finished set from the same `config` is there)."""
     stats_file = out / "stats.json"
     if stats_file.exists():
@@ -128,16 +129,6 @@ def contrastive_settings(settings: AdaptSettings, out: Path) -> ContrastiveSetti
     )
 
 
-def corpus_counts(corpus: Corpus) -> dict:
-    counts = asdict(corpus)
-    return {
-        "rows": counts.pop("rows"),
-        "train": len(counts.pop("train")),
-        "selection": len(counts.pop("selection")),
-        **counts,
-    }
-
-
 def run_adapt(settings: AdaptSettings) -> AdaptResult:
     """Adapt `model.base` to the corpus per `settings`; see the module's docstring for what is written."""
     out = Path(settings.train.output_dir)
@@ -183,7 +174,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
             return enough(unseen, MIN_SELECTION), {}
 
         ensure_pairs(out / SELECTION, config, selection_pairs)
-        counts = corpus_counts(corpus)
-        write_json(out / REPORT, {"corpus": counts, "pairs": made})
+        counts = corpus.counts()
+        write_json(out / REPORT, {"corpus": asdict(counts), "pairs": made})
     training = run_contrastive(contrastive_settings(settings, out))
     return AdaptResult(counts, made, training)

@@ -20,12 +20,16 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neoembed.bench.contrastive import LEMMA_TASK, difference_cell, reuse_or_train
 from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
 from neoembed.run_files import METRICS_FILE, read_jsonl, write_text
+
+if TYPE_CHECKING:
+    from neoembed.evaluation import Difference, RowInput
 
 FOLDOC_TASK = "FOLDOCDefinitionRetrieval"
 PACKAGES_TASK = "PackageDescriptionRetrieval"
@@ -82,9 +86,7 @@ class Adapted(Trained):
 def write_corpora(out: Path, packages: int) -> list[Corpus]:
     """Both corpora as the files a user would hand `neoembed adapt` (the documents they will search among
     them), with the evaluation queries the guard keeps out."""
-    from neoembed.data import packages_retrieval
-    from neoembed.data.foldoc import load_entries
-    from neoembed.data.packages import load_descriptions
+    from neoembed.data import load_descriptions, load_entries, packages_retrieval
 
     out.mkdir(parents=True, exist_ok=True)
     foldoc = out / "foldoc.txt"  # every definition, no term; the guard knows FOLDOC's held-out terms itself
@@ -118,7 +120,7 @@ def adapt_settings(bench: AdaptBench, corpus: Corpus, arm: Arm, run_dir: Path):
     return load_recipe(resolve_recipe(bench.recipe), AdaptSettings, {**overrides, **fixed})
 
 
-def adapt(settings) -> Adapted:
+def run_adaptation(settings) -> Adapted:
     from neoembed.adapt import run_adapt
 
     started = time.perf_counter()
@@ -133,7 +135,7 @@ def adapt(settings) -> Adapted:
         export=str(training.export),
         minutes=minutes,
         base_weight=training.base_weight,
-        documents=result.corpus["train"],
+        documents=result.corpus.train,
         pairs=result.pairs,
     )
 
@@ -148,7 +150,7 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
     settings = adapt_settings(bench, corpus, ours, run_dir)
     recipe = settings.model_dump(mode="json", exclude={"train": {"output_dir"}})
     identity = {"recipe": recipe, "corpus": corpus.file.stat().st_size}
-    adapted = reuse_or_train(run_dir, identity, bench.fresh, lambda: adapt(settings), Adapted)
+    adapted = reuse_or_train(run_dir, identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
     read = settings.corpus
     documents = read_corpus(
         corpus.file,
@@ -188,7 +190,7 @@ def run(bench: AdaptBench) -> WrittenReport:
     corpora = write_corpora(bench.out / "corpora", bench.packages)
     runs: dict[Arm, Trained] = {}
     for corpus in corpora:
-        for precision in bench.precisions:
+        for precision in bench.run_precisions():
             for seed in range(bench.seeds):
                 runs |= train_arms(bench, corpus, precision, seed)
 
@@ -208,14 +210,14 @@ def run(bench: AdaptBench) -> WrittenReport:
 
     summary, differences, verdicts = [], [], []
     for corpus in corpora:
-        for precision in bench.precisions:
+        for precision in bench.run_precisions():
             group = [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision]
             summary += seed_rows(corpus, precision, group, scores, base_row)
             differences += seeded.rows(corpus, precision, group)
             verdicts += goal_checks(corpus, precision, group, scores, base_row, seeded, runs)
     per_run = [run_row(label, scores, runs) for label in models]
     notes = (
-        f"{bench.seeds} seeds in {', '.join(bench.precisions)} on {bench.threads} CPU thread(s); neoembed adapt: "
+        f"{bench.seeds} seeds in {', '.join(bench.run_precisions())} on {bench.threads} CPU thread(s); neoembed adapt: "
         f"the {bench.recipe} recipe; ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, 60% of words deleted, lr "
         "3e-5, batch 8, constant schedule) on the same documents for the minutes the adaptation's training took. "
         "nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
@@ -278,13 +280,13 @@ class SeedAverages:
     def __init__(self, inputs: dict, base_row: str) -> None:
         self.inputs, self.base_row = inputs, base_row
 
-    def _side(self, group: list[Arm], method: str | None) -> dict:
+    def _side(self, group: list[Arm], method: str | None) -> dict[str, RowInput]:
         from neoembed.evaluation import mean_of
 
         labels = [arm.label for arm in group if arm.method == method] if method else [self.base_row]
         return {task: mean_of([self.inputs[label][task] for label in labels]) for task in COLUMNS}
 
-    def compare(self, group: list[Arm], method: str, other: str | None) -> dict:
+    def compare(self, group: list[Arm], method: str, other: str | None) -> dict[str, Difference]:
         """Task (and "Average") -> the paired `significance.Difference` of method minus other."""
         from neoembed.evaluation import compare_pair
 

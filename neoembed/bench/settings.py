@@ -332,11 +332,17 @@ class AdaptBench(BenchSettings):
     """Package descriptions in the second corpus."""
     seeds: int = Field(3, ge=1)
     """Runs per method, corpus and precision, seeds 0..N-1: a result is their mean, with its spread."""
-    precisions: comma_separated(tuple[Literal["fp32", "bf16"], ...]) = ("fp32",)
-    """train.precision of the runs."""
+    precisions: comma_separated(tuple[Literal["fp32", "bf16"], ...]) = ()
+    """train.precision of the runs (default: the one `auto` trains in here, bf16 where the CPU has bf16 units,
+    else fp32)."""
     threads: int = Field(2, ge=1)
     """torch CPU threads, for every run."""
     fresh: bool = False
     """Retrain instead of reusing finished runs under --out."""
     out: Path = Path("runs/bench/adapt")
     """Directory for adapt.json and .md, the corpora, the runs and their scores."""
+
+    def run_precisions(self) -> tuple[str, ...]:
+        from neoembed.precision import cpu_bf16_units
+
+        return self.precisions or (("bf16",) if cpu_bf16_units() else ("fp32",))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from neoembed.bench.st_baseline import Budget
+from neoembed.bench.st_baseline import Budget, Trained
 
 LEARNING_RATE = 3e-5
 BATCH_SIZE = 8
@@ -24,7 +24,9 @@ def delete_words(text: str, rng: random.Random) -> str:
     return " ".join(kept) if kept else rng.choice(words)
 
 
-def train(base: str, documents: list[str], out: Path, export: Path, budget: Budget, max_length: int) -> dict:
+def train(
+    base: str, documents: list[str], out: Path, export: Path, budget: Budget, max_length: int
+) -> Trained:
     """TSDAE on `documents` within `budget` (steps, or minutes of steps), saved to `export`; returns the steps
     taken, the trainer's runtime in minutes and `export`."""
     from datasets import Dataset

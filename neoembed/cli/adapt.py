@@ -28,10 +28,11 @@ def adapt(settings: AdaptSettings) -> None:
 
     result = run_adapt(settings)
     corpus = result.corpus
-    left_out = ", ".join(f"{corpus[k]} {k}" for k in ("empty", "short", "duplicates") if corpus[k])
-    leaked = ", ".join(f"{n} {name} evaluation texts" for name, n in corpus["leaked"].items())
+    reasons = {"empty": corpus.empty, "short": corpus.short, "duplicates": corpus.duplicates}
+    left_out = ", ".join(f"{n} {reason}" for reason, n in reasons.items() if n)
+    leaked = ", ".join(f"{n} {name} evaluation queries" for name, n in corpus.leaked.items())
     typer.echo(
-        f"corpus: {corpus['rows']} rows -> {corpus['train']} documents to adapt on, {corpus['selection']} to "
+        f"corpus: {corpus.rows} rows -> {corpus.train} documents to adapt on, {corpus.selection} to "
         f"select on"
         + (f" (left out: {', '.join(p for p in (left_out, leaked) if p)})" if left_out or leaked else "")
     )

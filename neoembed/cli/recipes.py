@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from neoembed.adapt import AdaptSettings
 from neoembed.cli.recipe_fields import differences, recipe_values
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
@@ -22,6 +23,7 @@ from neoembed.pretrain import PretrainSettings
 RECIPE_VERBS: dict[str, type[BaseModel]] = {
     "pretrain": PretrainSettings,
     "contrastive": ContrastiveSettings,
+    "adapt": AdaptSettings,
     "glue": GlueSettings,
 }
 

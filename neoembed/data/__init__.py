@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         HELDOUT_CORPUS as HELDOUT_CORPUS,
         HELDOUT_QUERIES as HELDOUT_QUERIES,
         foldoc_retrieval as foldoc_retrieval,
+        load_entries as load_entries,
     )
     from .leakage import (
         GuardedTexts as GuardedTexts,
@@ -34,7 +35,10 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         clean as clean,
         text_key as text_key,
     )
-    from .packages import packages_retrieval as packages_retrieval
+    from .packages import (
+        load_descriptions as load_descriptions,
+        packages_retrieval as packages_retrieval,
+    )
     from .records import (
         RecordsError as RecordsError,
         load_records as load_records,

@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     )
     from .settings import MtebEvalSettings as MtebEvalSettings
     from .significance import (
+        Difference as Difference,
+        RowInput as RowInput,
         compare_pair as compare_pair,
         mean_of as mean_of,
     )

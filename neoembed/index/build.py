@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from neoembed.faiss_setup import faiss, set_threads
 
@@ -77,7 +78,7 @@ def _write_index(index, path: Path) -> None:
         raise IndexingError(f"cannot write {path}: {reason} ({free_space(path)} free there)") from err
 
 
-def _open_out_dir(out: Path, model_state: dict) -> dict | None:
+def _open_out_dir(out: Path, model_state: dict[str, Any]) -> dict[str, Any] | None:
     """Create `out` (returns None), or return the state of the unfinished build there, which must be of the
     same model; the state file is written first, so a crash at any later point leaves a resumable build."""
     state_path = out / STATE_FILE
