@@ -187,7 +187,7 @@ def run(bench: AdaptBench) -> WrittenReport:
     )
 
     torch.set_num_threads(bench.threads)
-    corpora = write_corpora(bench.out / "corpora", bench.packages)
+    corpora = [c for c in write_corpora(bench.out / "corpora", bench.packages) if c.name in bench.corpora]
     runs: dict[Arm, Trained] = {}
     for corpus in corpora:
         for precision in bench.run_precisions():

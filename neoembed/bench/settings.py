@@ -328,6 +328,8 @@ class AdaptBench(BenchSettings):
     """KEY=VALUE override of the recipe (e.g. optim.lr=5e-5); repeatable."""
     model: str = "minilm"
     """The base model both methods adapt."""
+    corpora: comma_separated(tuple[Literal["foldoc", "packages"], ...]) = ("foldoc", "packages")
+    """The corpora adapted on: FOLDOC's definitions, Debian package descriptions."""
     packages: int = Field(10_000, ge=100)
     """Package descriptions in the second corpus."""
     seeds: int = Field(3, ge=1)
