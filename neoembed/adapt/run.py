@@ -28,6 +28,7 @@ from neoembed.contrastive import (
     DataSettings,
     HeldOutSet,
     check_trainable,
+    retrieval_set,
     run_contrastive,
 )
 from neoembed.data import text_key
@@ -86,6 +87,15 @@ def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
     """The methods that made at least `least` pairs (a training source must fill a batch of distinct rows; a
     selection set must rank something)."""
     return {method: rows for method, rows in pairs.items() if len(rows) >= least}
+
+
+def general_texts(settings: AdaptSettings) -> frozenset[int]:
+    """The text keys of export.selection.general's sets: no training pair may carry one."""
+    keys = set()
+    for spec in settings.export.selection.general:
+        queries, corpus, _ = retrieval_set(spec)
+        keys.update(text_key(text) for text in [*queries.values(), *corpus.values()])
+    return frozenset(keys)
 
 
 def training_texts(pairs_dir: Path) -> frozenset[int]:
@@ -152,6 +162,9 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
 
         def training_pairs():
             made = make_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
+            # The general selection sets must be text the run does not train on (the selection refuses them).
+            general = general_texts(settings)
+            made = {m: [p for p in rows if general.isdisjoint(map(text_key, p))] for m, rows in made.items()}
             if not (usable := enough(made, batch)):
                 counts = ", ".join(f"{method} {len(rows)}" for method, rows in made.items())
                 raise CorpusError(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neoembed.bench.contrastive import LEMMA_TASK, difference_cell, reuse_or_train
+from neoembed.bench.contrastive import LEMMA_TASK, difference_cell, recipe_identity, reuse_or_train
 from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
@@ -148,8 +148,10 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
     ours, theirs = (Arm(corpus.name, method, seed, precision) for method in METHODS)
     run_dir = bench.out / ours.name
     settings = adapt_settings(bench, corpus, ours, run_dir)
-    recipe = settings.model_dump(mode="json", exclude={"train": {"output_dir"}})
-    identity = {"recipe": recipe, "corpus": corpus.file.stat().st_size}
+    identity = {
+        "recipe": recipe_identity(settings.model_dump(mode="json")),
+        "corpus": corpus.file.stat().st_size,
+    }
     adapted = reuse_or_train(run_dir, identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
     read = settings.corpus
     documents = read_corpus(

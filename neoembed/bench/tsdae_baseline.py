@@ -62,8 +62,4 @@ def train(
     result = trainer.train()
     model.max_seq_length = declared
     model.save(str(export))
-    return {
-        "steps": result.global_step,
-        "train_minutes": result.metrics["train_runtime"] / 60,
-        "export": str(export),
-    }
+    return Trained(result.global_step, result.metrics["train_runtime"] / 60, str(export))

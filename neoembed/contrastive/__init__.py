@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from neoembed.faces import attach_face
 
 if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
+    from .evaluation import retrieval_set as retrieval_set
     from .model import check_trainable as check_trainable
     from .result import (
         ContrastiveResult as ContrastiveResult,

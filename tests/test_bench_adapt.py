@@ -1,0 +1,54 @@
+"""`neoembed bench adapt` end to end on a tiny model: both corpora written as a user would hand them over,
+adapt and TSDAE per seed on the same documents and minutes, one mteb run, the report and its targets, reuse."""
+
+import json
+
+import pytest
+from test_contrastive import tiny_encoder_dir
+from typer.testing import CliRunner
+
+
+@pytest.mark.slow
+def test_the_bench_adapts_and_reports_every_target(tmp_path, minilm_path):
+    from neoembed.cli import app
+
+    base, out = tiny_encoder_dir(tmp_path, minilm_path), tmp_path / "bench"
+    args = ["bench", "adapt", "--model", str(base), "--packages", "300", "--seeds", "2", "--precisions", "fp32",
+            "--threads", "1", "--out", str(out), "--set", "train.max_steps=2", "--set", "train.batch_size=8",
+            "--set", "train.log_steps=1", "--set", "train.save_steps=2", "--set", "corpus.selection=40",
+            "--set", "model.max_length=32", "--set", "export.selection.general=[]"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "adapt.json").read_text())
+
+    runs = report["runs"]
+    names = [
+        f"{c}-{m}-fp32-seed{s}" for c in ("foldoc", "packages") for s in (0, 1) for m in ("adapt", "tsdae")
+    ]
+    assert sorted(runs) == sorted(names)
+    for name in names:
+        assert (out / name / "model" / "modules.json").is_file()
+    adapted = runs["packages-adapt-fp32-seed0"]
+    assert (
+        adapted["steps"] == 2
+        and adapted["documents"] > 200
+        and set(adapted["pairs"]) == {"crop", "lead", "terms"}
+    )
+    # the documents the packages evaluation searches are in its corpus; its 500 queries are guarded
+    corpus = (out / "corpora" / "packages.jsonl").read_text().splitlines()
+    assert (
+        len(corpus) == 300 and len((out / "corpora" / "packages-queries.txt").read_text().splitlines()) == 500
+    )
+    # every model scored on both corpora's tasks and WordNet's, the targets said per corpus
+    assert {"FOLDOCDefinitionRetrieval", "PackageDescriptionRetrieval"} <= set(report["scores"]["BM25"])
+    verdicts = report["verdicts"]
+    assert len(verdicts) == 2 * 5 and all(v.endswith(("met", "NOT met")) for v in verdicts)
+    assert any("ahead of ST TSDAE" in v for v in verdicts)
+    markdown = (out / "adapt.md").read_text()
+    assert "neoembed adapt - base" in markdown and "ST TSDAE" in markdown
+
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    rerun = json.loads((out / "adapt.json").read_text())
+    assert all(run["reused"] for run in rerun["runs"].values())
+    assert rerun["scores"] == report["scores"]
