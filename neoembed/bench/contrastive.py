@@ -233,11 +233,15 @@ def neoembed_settings(
 
 
 def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
-    """What a neoembed arm trains (its recipe, dumped), not where it is written: a bench directory renamed,
-    or an arm linked in from another one, is reused."""
+    """What a neoembed arm trains (its recipe, dumped), not where it is written or its corpus file lies (the
+    caller identifies the corpus by content): a bench directory renamed, or an arm linked in from another
+    one, is reused."""
     train = {k: v for k, v in recipe["train"].items() if k != "output_dir"}
     export = {k: v for k, v in recipe["export"].items() if k != "path"}
-    return {**recipe, "train": train, "export": export}
+    located = {"train": train, "export": export}
+    if "corpus" in recipe:  # an adapt recipe
+        located["corpus"] = {k: v for k, v in recipe["corpus"].items() if k not in ("path", "eval_texts")}
+    return {**recipe, **located}
 
 
 def train_neoembed(settings: ContrastiveSettings) -> Trained:
