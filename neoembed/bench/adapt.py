@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -122,12 +122,12 @@ def adapt_settings(bench: AdaptBench, corpus: Corpus, arm: Arm, run_dir: Path):
 
 def run_adaptation(settings) -> Adapted:
     from neoembed.adapt import run_adapt
+    from neoembed.training import logged_runtime
 
     started = time.perf_counter()
     result = run_adapt(settings)
     minutes = (time.perf_counter() - started) / 60
-    metrics = read_jsonl(Path(settings.train.output_dir) / "train" / METRICS_FILE)
-    runtime = next(m["train_runtime"] for m in reversed(metrics) if "train_runtime" in m)
+    runtime = logged_runtime(read_jsonl(Path(settings.train.output_dir) / "train" / METRICS_FILE))
     training = result.training
     return Adapted(
         steps=training.steps,
@@ -164,11 +164,11 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
     ).train
     budget = Budget(None, adapted.train_minutes, seed, precision)
     tsdae_dir = bench.out / theirs.name
-    identity = {"base": bench.model, "corpus": identity["corpus"], "budget": budget, "threads": bench.threads,
+    identity = {"base": bench.model, "corpus": identity["corpus"], "budget": asdict(budget), "threads": bench.threads,
                 "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
     trained = reuse_or_train(
         tsdae_dir,
-        json.loads(json.dumps(identity, default=vars)),
+        identity,
         bench.fresh,
         lambda: tsdae_baseline.train(
             bench.model, documents, tsdae_dir, tsdae_dir / "model", budget, settings.model.max_length

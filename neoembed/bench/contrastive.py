@@ -246,11 +246,10 @@ def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
 
 def train_neoembed(settings: ContrastiveSettings) -> Trained:
     from neoembed.contrastive import run_contrastive
+    from neoembed.training import logged_runtime
 
     result = run_contrastive(settings)
-    metrics = read_jsonl(Path(settings.train.output_dir) / METRICS_FILE)
-    # Seconds of `trainer.train()` as the Trainer logged them at the end (in-training evaluations included).
-    seconds = next(r["train_runtime"] for r in reversed(metrics) if "train_runtime" in r)
+    seconds = logged_runtime(read_jsonl(Path(settings.train.output_dir) / METRICS_FILE))
     return Trained(result.steps, seconds / 60, result.export, result.eval_before, result.eval_after)
 
 

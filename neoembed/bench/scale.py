@@ -132,6 +132,7 @@ def bench_pretrain(settings: ScaleBench, work: Path) -> list[Row]:
 
 def bench_contrastive(settings: ScaleBench, work: Path) -> list[Row]:
     from neoembed.data import BuildConfig, build
+    from neoembed.training import logged_runtime
 
     data = work / "data"
     if not (data / "stats.json").exists():
@@ -147,7 +148,7 @@ def bench_contrastive(settings: ScaleBench, work: Path) -> list[Row]:
             "eval": {"sets": []},
         }  # fmt: skip
         metrics = _train("contrastive", ranks, recipe, work)
-        runtime = next(m["train_runtime"] for m in reversed(metrics) if "train_runtime" in m)
+        runtime = logged_runtime(metrics)
         rows.append(Row({"job": "contrastive (MiniLM, gathered negatives)", "ranks": ranks},
                         {"rate": settings.steps * 16 / runtime}, unit="pairs/s per rank"))  # fmt: skip
     return rows

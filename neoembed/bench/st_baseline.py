@@ -55,12 +55,15 @@ def pairs(data: Path):
     )
 
 
-def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_length: int) -> Trained:
-    """Train `base` on the build in `data` within `budget` (its steps or minutes, seed and precision;
-    checkpoints and metrics.jsonl in `out`), on inputs cut at `max_length` tokens, and save the model to
-    `export`. Returns the steps taken, the trainer's runtime in minutes, and `export`."""
+def fit(
+    base: str, dataset, make_loss, out: Path, export: Path, budget: Budget, max_length: int, **arguments
+) -> Trained:
+    """`base` trained with the library's trainer on `dataset` and the loss `make_loss(model)`, within `budget`
+    (its steps or minutes, seed and precision; checkpoints and metrics.jsonl in `out`), on inputs cut at
+    `max_length` tokens, saved to `export` declaring its own max length again. `arguments`: the method's
+    own training arguments (learning rate, batch size, schedule). Returns the steps taken, the trainer's
+    runtime in minutes, and `export`."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     from neoembed.embedder import load_embedder
     from neoembed.run_files import METRICS_FILE
@@ -71,21 +74,37 @@ def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_le
     declared, model.max_seq_length = model.max_seq_length, max_length
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out),
-        learning_rate=LEARNING_RATE,
-        per_device_train_batch_size=BATCH_SIZE,
-        warmup_steps=WARMUP,
         seed=budget.seed,
-        max_steps=budget.steps or -1,  # -1: the library's epochs
+        max_steps=budget.steps or -1,  # -1: the library's epochs (cut by a time budget)
         **precision_arguments(budget.precision),
+        **arguments,
     )
     trainer = SentenceTransformerTrainer(
         model=model,
         args=args,
-        train_dataset=pairs(data),
-        loss=MultipleNegativesRankingLoss(model),
+        train_dataset=dataset,
+        loss=make_loss(model),
         callbacks=[MetricsLog(out / METRICS_FILE)] + ([TimeBudget(budget.minutes)] if budget.minutes else []),
     )
     result = trainer.train()
     model.max_seq_length = declared
     model.save(str(export))
     return Trained(result.global_step, result.metrics["train_runtime"] / 60, str(export))
+
+
+def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_length: int) -> Trained:
+    """MultipleNegativesRankingLoss on the build in `data` (`fit`)."""
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    return fit(
+        base,
+        pairs(data),
+        MultipleNegativesRankingLoss,
+        out,
+        export,
+        budget,
+        max_length,
+        learning_rate=LEARNING_RATE,
+        per_device_train_batch_size=BATCH_SIZE,
+        warmup_steps=WARMUP,
+    )

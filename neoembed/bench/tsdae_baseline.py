@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from neoembed.bench.st_baseline import Budget, Trained
+from neoembed.bench.st_baseline import Budget, Trained, fit
 
 LEARNING_RATE = 3e-5
 BATCH_SIZE = 8
@@ -27,39 +27,22 @@ def delete_words(text: str, rng: random.Random) -> str:
 def train(
     base: str, documents: list[str], out: Path, export: Path, budget: Budget, max_length: int
 ) -> Trained:
-    """TSDAE on `documents` within `budget` (steps, or minutes of steps), saved to `export`; returns the steps
-    taken, the trainer's runtime in minutes and `export`."""
+    """TSDAE on `documents` within `budget` (`st_baseline.fit`)."""
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import DenoisingAutoEncoderLoss
 
-    from neoembed.embedder import load_embedder
-    from neoembed.run_files import METRICS_FILE
-    from neoembed.training import MetricsLog, TimeBudget, precision_arguments
-
-    model = load_embedder(base)
-    model.model_card_data.local_files_only = True
-    declared, model.max_seq_length = model.max_seq_length, max_length
     rng = random.Random(budget.seed)
     dataset = Dataset.from_dict({"damaged": [delete_words(d, rng) for d in documents], "original": documents})
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(out),
+    return fit(
+        base,
+        dataset,
+        lambda model: DenoisingAutoEncoderLoss(model, tie_encoder_decoder=True),
+        out,
+        export,
+        budget,
+        max_length,
         learning_rate=LEARNING_RATE,
         per_device_train_batch_size=BATCH_SIZE,
         lr_scheduler_type="constant",
-        seed=budget.seed,
-        max_steps=budget.steps or -1,  # -1: the library's epochs, cut by the time budget
         save_strategy="no",
-        **precision_arguments(budget.precision),
     )
-    trainer = SentenceTransformerTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        loss=DenoisingAutoEncoderLoss(model, tie_encoder_decoder=True),
-        callbacks=[MetricsLog(out / METRICS_FILE)] + ([TimeBudget(budget.minutes)] if budget.minutes else []),
-    )
-    result = trainer.train()
-    model.max_seq_length = declared
-    model.save(str(export))
-    return Trained(result.global_step, result.metrics["train_runtime"] / 60, str(export))

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         MetricsLog as MetricsLog,
         TimeBudget as TimeBudget,
         TrainingDiverged as TrainingDiverged,
+        logged_runtime as logged_runtime,
     )
     from .checkpoints import (
         last_complete_checkpoint as last_complete_checkpoint,

@@ -49,6 +49,12 @@ class MetricsLog(TrainerCallback):
             write_curves(self.path.parent)
 
 
+def logged_runtime(records: list[dict]) -> float:
+    """Seconds of `trainer.train()` as the Trainer logged them at its end (in-training evaluations included),
+    from a `MetricsLog`'s records: the last run's, where a resumed run logged several."""
+    return next(record["train_runtime"] for record in reversed(records) if "train_runtime" in record)
+
+
 class TimeBudget(TrainerCallback):
     """Stop after `minutes` of training (evaluation time excluded); the trainer then saves and exports."""
 
