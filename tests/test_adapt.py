@@ -101,8 +101,9 @@ def test_the_corpus_is_cleaned_deduplicated_and_guarded(tmp_path):
         selection=30,
         eval_texts=(tmp_path / "queries.txt",),
     )
-    assert (corpus.rows, corpus.empty, corpus.short, corpus.duplicates) == (len(texts), 1, 1, 1)
-    assert corpus.leaked == {"eval_texts": 1}
+    counts = corpus.counts
+    assert (counts.rows, counts.empty, counts.short, counts.duplicates) == (len(texts), 1, 1, 1)
+    assert counts.leaked == {"eval_texts": 1}
     assert len(corpus.selection) == 30 and len(corpus.train) == 200 + 40 - 30
     assert set(evaluated) <= set(corpus.train)  # trained on, never selected on
     assert not set(evaluated) & set(corpus.selection)

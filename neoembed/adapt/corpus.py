@@ -42,26 +42,11 @@ class CorpusCounts:
 
 @dataclass(frozen=True)
 class Corpus:
-    """The documents adaptation uses, and what reading the file left out."""
+    """The documents adaptation uses, and what reading the file kept and left out."""
 
     train: list[str]  # documents pairs are made from
     selection: list[str]  # held-out documents whose pairs choose the WiSE-FT weight
-    rows: int
-    empty: int
-    short: int
-    duplicates: int
-    leaked: dict[str, int]
-
-    def counts(self) -> CorpusCounts:
-        return CorpusCounts(
-            self.rows,
-            len(self.train),
-            len(self.selection),
-            self.empty,
-            self.short,
-            self.duplicates,
-            self.leaked,
-        )
+    counts: CorpusCounts
 
 
 def read_texts(path: Path, field: str = "text") -> list[str]:
@@ -90,7 +75,7 @@ def _jsonl_text(path: Path, number: int, line: str, field: str) -> str:
     except json.JSONDecodeError as err:
         raise CorpusError(f"{path}:{number}: not a JSON object ({err.msg})") from None
     if not isinstance(row, dict) or not isinstance(row.get(field), str):
-        raise CorpusError(f"{path}:{number}: no string field {field!r} (--corpus-field names another)")
+        raise CorpusError(f"{path}:{number}: no string field {field!r} (corpus.field names another)")
     return row[field]
 
 
@@ -162,12 +147,8 @@ def read_corpus(
     evaluated = evaluated_documents()
     candidates = [i for i, (key, _) in enumerate(kept) if key not in evaluated]
     held = set(candidates[len(candidates) - min(selection, len(kept) // 5) :])
-    return Corpus(
-        train=[text for i, (_, text) in enumerate(kept) if i not in held],
-        selection=[text for i, (_, text) in enumerate(kept) if i in held],
-        rows=len(texts),
-        empty=empty,
-        short=short,
-        duplicates=duplicates,
-        leaked={name: count for name, count in leaked.items() if count},
-    )
+    train = [text for i, (_, text) in enumerate(kept) if i not in held]
+    selected = [text for i, (_, text) in enumerate(kept) if i in held]
+    leaked = {name: count for name, count in leaked.items() if count}
+    counts = CorpusCounts(len(texts), len(train), len(selected), empty, short, duplicates, leaked)
+    return Corpus(train, selected, counts)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from neoembed.adapt.corpus import CorpusCounts, CorpusError, read_corpus
-from neoembed.adapt.pairs import make_pairs, write_pairs
+from neoembed.adapt.pairs import Pair, make_pairs, write_pairs
 from neoembed.adapt.settings import AdaptSettings
 from neoembed.contrastive import (
     ContrastiveResult,
@@ -42,7 +42,7 @@ MIN_SELECTION = 20  # pairs a method's selection set needs to rank anything wort
 
 @dataclass(frozen=True)
 class AdaptResult:
-    corpus: CorpusCounts  # rows read, documents kept for training and selection, each reason one was left out
+    corpus: CorpusCounts
     pairs: dict[str, int]  # method -> training pairs made
     training: ContrastiveResult
 
@@ -89,6 +89,11 @@ def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
     return {method: rows for method, rows in pairs.items() if len(rows) >= least}
 
 
+def without_texts(pairs: dict[str, list[Pair]], keys: frozenset[int]) -> dict[str, list[Pair]]:
+    """`pairs` less those with a query or positive whose text key is in `keys`."""
+    return {method: [p for p in rows if keys.isdisjoint(map(text_key, p))] for method, rows in pairs.items()}
+
+
 def general_texts(settings: AdaptSettings) -> frozenset[int]:
     """The text keys of export.selection.general's sets: no training pair may carry one."""
     keys = set()
@@ -110,21 +115,17 @@ def training_texts(pairs_dir: Path) -> frozenset[int]:
     )
 
 
-def selection_sets(selection_dir: Path) -> list[HeldOutSet]:
-    """One selection set per method of the finished selection split in `selection_dir`."""
-    sources = json.loads((selection_dir / "stats.json").read_text(encoding="utf-8"))["sources"]
-    return [
-        HeldOutSet(kind="records", path=str(selection_dir), source=method, name=f"selection-{method}")
-        for method in sources
-    ]
-
-
-def contrastive_settings(settings: AdaptSettings, out: Path) -> ContrastiveSettings:
-    """The contrastive run that adapts: the pairs as its data, the held-out documents' pairs as the selection
-    split its WiSE-FT weight is chosen on (beside the recipe's general sets), the export in <out>/model."""
+def contrastive_settings(settings: AdaptSettings, out: Path, selected: list[str]) -> ContrastiveSettings:
+    """The contrastive run that adapts: the pairs as its data, the held-out documents' pairs of the `selected`
+    methods as the selection split its WiSE-FT weight is chosen on (beside the recipe's general sets), the
+    export in <out>/model."""
     export = settings.export
+    held_out = [
+        HeldOutSet(kind="records", path=str(out / SELECTION), source=method, name=f"selection-{method}")
+        for method in selected
+    ]
     selection = export.selection.model_copy(
-        update={"in_domain": 0, "general": [*selection_sets(out / SELECTION), *export.selection.general]}
+        update={"in_domain": 0, "general": [*held_out, *export.selection.general]}
     )
     return ContrastiveSettings(
         data=DataSettings(
@@ -163,8 +164,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
         def training_pairs():
             made = make_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
             # The general selection sets must be text the run does not train on (the selection refuses them).
-            general = general_texts(settings)
-            made = {m: [p for p in rows if general.isdisjoint(map(text_key, p))] for m, rows in made.items()}
+            made = without_texts(made, general_texts(settings))
             if not (usable := enough(made, batch)):
                 counts = ", ".join(f"{method} {len(rows)}" for method, rows in made.items())
                 raise CorpusError(
@@ -172,22 +172,17 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
                     "documents are too few or too short for these methods",
                     param="corpus.path",
                 )
-            return usable, corpus.leaked
+            return usable, corpus.counts.leaked
 
         made = ensure_pairs(out / PAIRS, config, training_pairs)
 
         def selection_pairs():
-            trained_on = training_texts(out / PAIRS)
             held = make_pairs(corpus.selection, list(made), **options)
             # A short query can recur across documents: a pair sharing a text with training would be
             # choosing on trained text, which the selection split refuses.
-            unseen = {
-                m: [p for p in rows if trained_on.isdisjoint(map(text_key, p))] for m, rows in held.items()
-            }
-            return enough(unseen, MIN_SELECTION), {}
+            return enough(without_texts(held, training_texts(out / PAIRS)), MIN_SELECTION), {}
 
-        ensure_pairs(out / SELECTION, config, selection_pairs)
-        counts = corpus.counts()
-        write_json(out / REPORT, {"corpus": asdict(counts), "pairs": made})
-    training = run_contrastive(contrastive_settings(settings, out))
-    return AdaptResult(counts, made, training)
+        selection = ensure_pairs(out / SELECTION, config, selection_pairs)
+        write_json(out / REPORT, {"corpus": asdict(corpus.counts), "pairs": made})
+    training = run_contrastive(contrastive_settings(settings, out, list(selection)))
+    return AdaptResult(corpus.counts, made, training)
