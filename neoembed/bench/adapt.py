@@ -20,16 +20,13 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from neoembed.bench.contrastive import LEMMA_TASK, difference_cell, recipe_identity, reuse_or_train
+from neoembed.bench.contrastive import LEMMA_TASK, recipe_identity, reuse_or_train
 from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.seeds import SeedAverages, difference_cell
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
 from neoembed.run_files import METRICS_FILE, read_jsonl, write_text
-
-if TYPE_CHECKING:
-    from neoembed.evaluation import Difference, RowInput
 
 FOLDOC_TASK = "FOLDOCDefinitionRetrieval"
 PACKAGES_TASK = "PackageDescriptionRetrieval"
@@ -208,15 +205,20 @@ def run(bench: AdaptBench) -> WrittenReport:
     evaluated = run_evaluation(list(specs.values()), tasks, settings, bench.out / "mteb")
     scores = {label: evaluated.summary.scores[spec.label] for label, spec in specs.items()}
     saved = saved_row_inputs(list(specs.values()), evaluated.summary, bench.out / "mteb")
-    seeded = SeedAverages({label: saved[spec.label] for label, spec in specs.items()}, base_row)
+    seeded = SeedAverages(scores, {label: saved[spec.label] for label, spec in specs.items()}, COLUMNS)
 
     summary, differences, verdicts = [], [], []
     for corpus in corpora:
         for precision in bench.run_precisions():
-            group = [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision]
-            summary += seed_rows(corpus, precision, group, scores, base_row)
-            differences += seeded.rows(corpus, precision, group)
-            verdicts += goal_checks(corpus, precision, group, scores, base_row, seeded, runs)
+            group = Group(
+                corpus,
+                precision,
+                [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision],
+                base_row,
+            )
+            summary += group.summary_rows(seeded)
+            differences += group.difference_rows(seeded)
+            verdicts += goal_checks(group, seeded, runs)
     per_run = [run_row(label, scores, runs) for label in models]
     notes = (
         f"{bench.seeds} seeds in {', '.join(bench.run_precisions())} on {bench.threads} CPU thread(s); neoembed adapt: "
@@ -259,57 +261,50 @@ def run_row(label: str, scores: dict, runs: dict[Arm, Trained]) -> Row:
     return Row({"model": label}, figures)
 
 
-def seed_rows(corpus: Corpus, precision: str, group: list[Arm], scores: dict, base_row: str) -> list[Row]:
-    """The base and BM25, then each method's seed mean (change vs the base) [lowest, highest]."""
-    rows = [Row({"corpus": corpus.name, "model": label}, {c: scores[label].get(t) for t, c in COLUMNS.items()})
-            for label in (base_row, "BM25")]  # fmt: skip
-    for method, name in METHODS.items():
-        labels = [arm.label for arm in group if arm.method == method]
-        figures = {}
-        for task, column in COLUMNS.items():
-            values = [scores[label][task] for label in labels]
-            mean, reference = sum(values) / len(values), scores[base_row][task]
-            figures[column] = (
-                f"{mean:.4f} ({mean / reference - 1:+.1%}) [{min(values):.4f}, {max(values):.4f}]"
+@dataclass(frozen=True)
+class Group:
+    """The runs of one corpus in one precision: each method's seeds as one model."""
+
+    corpus: Corpus
+    precision: str
+    arms: list[Arm]
+    base_row: str
+
+    def labels(self, method: str | None) -> list[str]:
+        """The run labels of `method` (None: the base)."""
+        return [arm.label for arm in self.arms if arm.method == method] if method else [self.base_row]
+
+    def summary_rows(self, seeded: SeedAverages) -> list[Row]:
+        """The base and BM25, then each method's seed mean (change vs the base) [lowest, highest]."""
+        scores = {label: seeded.scores[label] for label in (self.base_row, "BM25")}
+        rows = [Row({"corpus": self.corpus.name, "model": label}, {c: row.get(t) for t, c in COLUMNS.items()})
+                for label, row in scores.items()]  # fmt: skip
+        for method, name in METHODS.items():
+            labels = self.labels(method)
+            model = f"{name} {self.precision} x {len(labels)}"
+            rows.append(
+                Row({"corpus": self.corpus.name, "model": model}, seeded.summary_cells(labels, self.base_row))
             )
-        rows.append(Row({"corpus": corpus.name, "model": f"{name} {precision} x {len(labels)}"}, figures))
-    return rows
-
-
-class SeedAverages:
-    """Each method's runs in a group as one model (`significance.mean_of`), compared pairwise."""
-
-    def __init__(self, inputs: dict, base_row: str) -> None:
-        self.inputs, self.base_row = inputs, base_row
-
-    def _side(self, group: list[Arm], method: str | None) -> dict[str, RowInput]:
-        from neoembed.evaluation import mean_of
-
-        labels = [arm.label for arm in group if arm.method == method] if method else [self.base_row]
-        return {task: mean_of([self.inputs[label][task] for label in labels]) for task in COLUMNS}
-
-    def compare(self, group: list[Arm], method: str, other: str | None) -> dict[str, Difference]:
-        """Task (and "Average") -> the paired `significance.Difference` of method minus other."""
-        from neoembed.evaluation import compare_pair
-
-        ours, theirs = self._side(group, method), self._side(group, other)
-        found = compare_pair(method, other or "base", {task: (ours[task], theirs[task]) for task in COLUMNS})
-        return {difference.row: difference for difference in found}
-
-    def rows(self, corpus: Corpus, precision: str, group: list[Arm]) -> list[Row]:
-        rows = []
-        for method, other in COMPARISONS:
-            found = self.compare(group, method, other)
-            name = f"{METHODS[method]} - {METHODS[other] if other else 'base'} ({precision})"
-            cells = {column: difference_cell(found.get(task)) for task, column in COLUMNS.items()}
-            rows.append(Row({"corpus": corpus.name, "comparison": name}, cells))
         return rows
 
+    def difference_rows(self, seeded: SeedAverages) -> list[Row]:
+        return [
+            Row(
+                {
+                    "corpus": self.corpus.name,
+                    "comparison": f"{METHODS[method]} - {METHODS[other] if other else 'base'} ({self.precision})",
+                },
+                seeded.difference_cells(self.labels(method), self.labels(other)),
+            )
+            for method, other in COMPARISONS
+        ]
 
-def goal_checks(corpus, precision, group, scores, base_row, seeded: SeedAverages, runs) -> list[str]:
+
+def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) -> list[str]:
     """The targets for one corpus and precision, each a sentence ending met or NOT met."""
-    adapted = [arm for arm in group if arm.method == "adapt"]
-    where = f"{corpus.name} ({precision})"
+    adapted = [arm for arm in group.arms if arm.method == "adapt"]
+    corpus, scores, base = group.corpus, seeded.scores, seeded.scores[group.base_row]
+    where = f"{corpus.name} ({group.precision})"
 
     def verdict(met: bool) -> str:
         return "met" if met else "NOT met"
@@ -317,10 +312,10 @@ def goal_checks(corpus, precision, group, scores, base_row, seeded: SeedAverages
     def above_zero(difference) -> bool:
         return difference is not None and difference.low is not None and difference.low > 0
 
-    gains = [scores[arm.label][corpus.task] / scores[base_row][corpus.task] - 1 for arm in adapted]
+    gains = [scores[arm.label][corpus.task] / base[corpus.task] - 1 for arm in adapted]
     mean_gain = sum(gains) / len(gains)
-    versus_base = seeded.compare(group, "adapt", None).get(corpus.task)
-    versus_tsdae = seeded.compare(group, "adapt", "tsdae").get(corpus.task)
+    versus_base = seeded.compare(group.labels("adapt"), group.labels(None)).get(corpus.task)
+    versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
     lines = [
         f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0: mean {mean_gain:+.2%}, "
         f"{difference_cell(versus_base)} points: {verdict(mean_gain >= GAIN and above_zero(versus_base))}",
@@ -328,7 +323,7 @@ def goal_checks(corpus, precision, group, scores, base_row, seeded: SeedAverages
         f"{verdict(above_zero(versus_tsdae))}",
     ]
     for task in FORGETTING:
-        worst = min(scores[arm.label][task] / scores[base_row][task] - 1 for arm in adapted)
+        worst = min(scores[arm.label][task] / base[task] - 1 for arm in adapted)
         lines.append(
             f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed: worst {worst:+.2%}: "
             f"{verdict(worst >= -FORGET)}"

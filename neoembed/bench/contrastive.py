@@ -31,6 +31,7 @@ import torch
 
 from neoembed.bench import st_baseline
 from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.seeds import AVERAGE, Scores, SeedAverages
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.bench.st_baseline import Trained
 from neoembed.contrastive import ContrastiveSettings
@@ -53,7 +54,6 @@ FOLDOC_GAIN = 0.01  # mean over runs on the cross-source set (and no run below t
 EXAMPLE_GAIN = 0.08  # mean over runs on WordNet example -> definition
 # A score exactly at a bound meets it despite float rounding.
 EPSILON = 1e-9
-Scores = dict[str, dict[str, float | None]]  # model label -> task -> main score in [0, 1]
 METHODS = {"neoembed": "neoembed", "st": "ST MNRL"}  # method -> its label in the tables
 T = TypeVar("T", bound=Trained)  # what a reused run recorded
 # The paired differences reported per group: method minus other (None: the base model).
@@ -254,7 +254,13 @@ def train_neoembed(settings: ContrastiveSettings) -> Trained:
 
 
 def run(bench: ContrastiveBench) -> WrittenReport:
-    from neoembed.evaluation import LOCAL_TASKS, EvalSettings, resolve_models, run_evaluation
+    from neoembed.evaluation import (
+        LOCAL_TASKS,
+        EvalSettings,
+        resolve_models,
+        run_evaluation,
+        saved_row_inputs,
+    )
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import parse_overrides
 
@@ -314,15 +320,19 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     groups = {p: [a for a in arms if a.precision == p] for p in precisions}
     if len(precisions) > 1:
         groups["all"] = arms
-    seeded = SeedAverages(out_dir / "mteb", evaluated.summary, specs, name, base_row)
+    saved = saved_row_inputs(list(specs.values()), evaluated.summary, out_dir / "mteb")
+    seeded = SeedAverages(scores, {label: saved[spec.label] for label, spec in specs.items()}, COLUMNS)
     ours = [arm.label(name) for arm in arms if arm.method == "neoembed"]
-    last = list(groups)[-1]  # all runs, or the one precision
-    checks = goal_checks(scores, base_row, ours, seeded.versus_st(last, groups[last]))
+    last = groups[list(groups)[-1]]  # all runs, or the one precision
+    versus_st = seeded.compare(*sides(last, "neoembed", "st", name, base_row)).get(AVERAGE)
+    checks = goal_checks(scores, base_row, ours, versus_st)
     per_run = [
         table_row(label, scores, reference, runs.get(run)) for label, (_, reference, run) in models.items()
     ]
-    summary_rows = [row for group, members in groups.items() for row in seeded.rows(group, members, scores)]
-    difference_rows = [row for group, members in groups.items() for row in seeded.differences(group, members)]
+    summary, differences = [], []
+    for group, members in groups.items():
+        summary += summary_rows(seeded, group, members, name, base_row)
+        differences += difference_rows(seeded, group, members, name, base_row)
     budget_text = f"{steps} steps" if steps else f"{bench.minutes:g} minutes of steps"
     notes = (
         f"Each model trained for {budget_text} on {threads} CPU thread(s) on {data}, seeds 0..{bench.seeds - 1} in "
@@ -339,10 +349,8 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         name="contrastive",
         title="neoembed bench contrastive",
         tables=[
-            Table(summary_rows, ["group", "model", *COLUMNS.values()], after=[notes]),
-            Table(
-                difference_rows, ["group", "comparison", *COLUMNS.values(), "mean"], after=[difference_notes]
-            ),
+            Table(summary, ["group", "model", *COLUMNS.values()], after=[notes]),
+            Table(differences, ["group", "comparison", *COLUMNS.values(), "mean"], after=[difference_notes]),
             Table(
                 per_run,
                 ["model", *COLUMNS.values(), "steps", "train minutes"],
@@ -352,8 +360,8 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         verdicts=[check.line() for check in checks],
         payload={
             "rows": per_run,
-            "summary": summary_rows,
-            "differences": difference_rows,
+            "summary": summary,
+            "differences": differences,
             "scores": scores,
             "checks": checks,
             "runs": runs,
@@ -376,89 +384,39 @@ def shipped(recipe: Path, overrides: dict, data: Path):
     return load_recipe(recipe, ContrastiveSettings, {**overrides, _field(lambda r: r.data.path): str(data)})
 
 
-class SeedAverages:
-    """The runs of one method in a group (a precision, or all) as one model: mean scores with their spread,
-    and paired differences of seed-averaged per-query scores (`significance.mean_of`)."""
+def labels_of(members: list[Arm], method: str, base_name: str) -> list[str]:
+    return [arm.label(base_name) for arm in members if arm.method == method]
 
-    def __init__(self, mteb_dir: Path, summary, specs: dict, base_name: str, base_row: str) -> None:
-        from neoembed.evaluation import saved_row_inputs
 
-        saved = saved_row_inputs(list(specs.values()), summary, mteb_dir)
-        self.inputs = {label: saved[spec.label] for label, spec in specs.items()}
-        self.base_name, self.base_row = base_name, base_row
-        self._compared: dict[str, dict] = {}  # group -> `comparisons`
+def summary_rows(
+    seeded: SeedAverages, group: str, members: list[Arm], base_name: str, base_row: str
+) -> list[Row]:
+    """The base, then each method's runs in the group as one model (NeoBERT's without a change: its base is
+    another model)."""
+    base = {column: f"{seeded.scores[base_row][task]:.4f}" for task, column in COLUMNS.items()}
+    rows = [Row({"group": group, "model": base_row}, base)]
+    for method in dict.fromkeys(arm.method for arm in members):
+        labels = labels_of(members, method, base_name)
+        model = f"{METHODS.get(method, 'NeoBERT neoembed')} x {len(labels)}"
+        reference = None if method == "neobert" else base_row
+        rows.append(Row({"group": group, "model": model}, seeded.summary_cells(labels, reference)))
+    return rows
 
-    def labels(self, members: list[Arm], method: str) -> list[str]:
-        return [arm.label(self.base_name) for arm in members if arm.method == method]
 
-    def rows(self, group: str, members: list[Arm], scores: Scores) -> list[Row]:
-        base = {column: f"{scores[self.base_row][task]:.4f}" for task, column in COLUMNS.items()}
-        rows = [Row({"group": group, "model": self.base_row}, base)]
-        for method in dict.fromkeys(arm.method for arm in members):
-            labels = self.labels(members, method)
+def sides(members: list[Arm], method: str, other: str | None, base_name: str, base_row: str):
+    """The run labels of `method` and of `other` (None: the base) in a group."""
+    theirs = labels_of(members, other, base_name) if other else [base_row]
+    return labels_of(members, method, base_name), theirs
 
-            def cell(task: str, method: str = method, labels: list[str] = labels) -> str:
-                values = [scores[label].get(task) for label in labels]
-                if any(v is None for v in values):
-                    return "missing"
-                mean, reference = sum(values) / len(values), scores[self.base_row].get(task)
-                change = f" ({mean / reference - 1:+.1%})" if reference and method != "neobert" else ""
-                return f"{mean:.4f}{change} [{min(values):.4f}, {max(values):.4f}]"
 
-            model = f"{METHODS.get(method, 'NeoBERT neoembed')} x {len(labels)}"
-            rows.append(
-                Row(
-                    {"group": group, "model": model}, {column: cell(task) for task, column in COLUMNS.items()}
-                )
-            )
-        return rows
-
-    def versus_st(self, group: str, members: list[Arm]):
-        """The paired difference on the mean of the tasks, neoembed's runs minus the baseline's, or None."""
-        compared = self.comparisons(group, members)[("neoembed", "st")]
-        return compared[-1] if compared else None
-
-    def comparisons(self, group: str, members: list[Arm]) -> dict[tuple[str, str | None], list]:
-        """Each of COMPARISONS (method minus other, None: the base) over the group's runs, per task and on
-        the mean: bootstrapped once per group, for both the table and the checks."""
-        if group not in self._compared:
-            self._compared[group] = {pair: self._compare(members, *pair) for pair in COMPARISONS}
-        return self._compared[group]
-
-    def _compare(self, members: list[Arm], method: str, other: str | None):
-        from neoembed.evaluation import compare_pair, mean_of
-
-        ours = [self.inputs[label] for label in self.labels(members, method)]
-        theirs = (
-            [self.inputs[label] for label in self.labels(members, other)]
-            if other
-            else [self.inputs[self.base_row]]
+def difference_rows(seeded: SeedAverages, group: str, members: list[Arm], base_name: str, base_row: str):
+    return [
+        Row(
+            {"group": group, "comparison": f"{METHODS[method]} - {METHODS[other] if other else 'base'}"},
+            seeded.difference_cells(*sides(members, method, other, base_name, base_row)),
         )
-        if not ours or not theirs:
-            return []
-        rows = {
-            task: (mean_of([i[task] for i in ours]), mean_of([i[task] for i in theirs])) for task in COLUMNS
-        }
-        return compare_pair(method, other or "base", rows)
-
-    def differences(self, group: str, members: list[Arm]) -> list[Row]:
-        out = []
-        for (method, other), compared in self.comparisons(group, members).items():
-            found = {d.row: d for d in compared}
-            name = f"{METHODS[method]} - {METHODS[other] if other else 'base'}"
-            out.append(Row({"group": group, "comparison": name},
-                           {**{column: difference_cell(found.get(task)) for task, column in COLUMNS.items()},
-                            "mean": difference_cell(found.get("Average"))}))  # fmt: skip
-        return out
-
-
-def difference_cell(d) -> str:
-    if d is None:
-        return "n/a"
-    if d.low is None:
-        return f"{100 * d.difference:+.2f}"
-    star = "*" if d.low > 0 or d.high < 0 else ""
-    return f"{100 * d.difference:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}]{star}"
+        for method, other in COMPARISONS
+    ]
 
 
 def table_row(label: str, scores: Scores, from_base: str | None, trained: Trained | None) -> Row:
