@@ -179,6 +179,8 @@ def _option(flag: Flag, field: FieldInfo, default: Any = None) -> inspect.Parame
     )
     if cli_type is bool:
         names = flag.names or (f"{flag.option}/--no-{flag.option[2:]}",)
+        if not isinstance(default, bool):  # `bool | Literal["auto"]`: the flag left out is auto
+            default = None
     else:
         names = (flag.option, *flag.names[1:])
     option = typer.Option(*names, help=help_text, envvar=flag.envvar, show_default=default is not None)
@@ -205,6 +207,8 @@ def _cli_type(annotation) -> Any:
     types) are read as text, which the settings' validators parse."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if set(args) == {bool, Literal["auto"]}:  # a tri-state switch: --x, --no-x, or left out for auto
+            return bool
         annotation = args[0] if len(args) == 1 else str
     if typing.get_origin(annotation) is Annotated:
         annotation = typing.get_args(annotation)[0]
