@@ -188,7 +188,7 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
     for config_name in settings.configs:
         model = NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
         twin = build_modernbert(config_name, device) if settings.compare else None
-        if compiled:  # like for like: ModernBERT too (the untimed warm-up batch below compiles them)
+        if compiled:  # like for like: ModernBERT too (the untimed warm-up batches below compile them)
             compile_encoder(model)
             if twin is not None:
                 compile_encoder(twin)
@@ -213,9 +213,11 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                 attention[f"modernbert {dtype_name}"] = twin.config._attn_implementation
                 paths = {"neobert": _neobert_forward(model, "auto"), "modernbert": _modernbert_forward(twin)}
             with torch.inference_mode():
-                warm_ids, warm_mask = make_batch([16, 8], model.config.vocab_size, device, 0)
-                for forward in paths.values():
-                    forward(warm_ids, warm_mask)
+                # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
+                for lengths in ([16, 8], [16, 16]):
+                    warm_ids, warm_mask = make_batch(lengths, model.config.vocab_size, device, 0)
+                    for forward in paths.values():
+                        forward(warm_ids, warm_mask)
                 for case in cases:
                     ids, mask = make_batch(case.lengths, model.config.vocab_size, device, seed=1)
                     seconds = time_paths(paths, ids, mask, settings.repeats, device)
