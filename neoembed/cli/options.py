@@ -174,9 +174,8 @@ def _option(flag: Flag, field: FieldInfo, default: Any = None) -> inspect.Parame
     cli_type = _cli_type(field.annotation)
     if isinstance(default, str) and typing.get_origin(cli_type) is list:
         cli_type = str  # a list the settings serialise as one comma-separated value (`comma_separated`)
-    help_text = " ".join(
-        part for part in (field.description, _choices_text(field), _bounds_text(field)) if part
-    )
+    choices = None if cli_type is bool else _choices_text(field)  # a flag pair names its own choices
+    help_text = " ".join(part for part in (field.description, choices, _bounds_text(field)) if part)
     if cli_type is bool:
         names = flag.names or (f"{flag.option}/--no-{flag.option[2:]}",)
         if not isinstance(default, bool):  # `bool | Literal["auto"]`: the flag left out is auto
