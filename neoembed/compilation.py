@@ -56,12 +56,16 @@ def compile_encoder(model) -> None:
     """Compile `model`'s encoder: one that knows how to compile itself (NeoBERT's `compile_layers`: each block's
     work around attention, attention staying a fused kernel call) does so; any other is compiled whole. Shapes
     are dynamic, since batch lengths and sizes vary; the compilation itself waits for the first forward."""
+    import torch
+
     encoder = torch_encoder(model)
     compile_layers = getattr(encoder, "compile_layers", None)
     if compile_layers is not None:
         compile_layers(backend=compile_backend())
     else:
-        encoder.compile(dynamic=True, backend=compile_backend())
+        # `forward` itself, not `Module.compile`: sentence-transformers 6 calls the encoder's `forward` method
+        # directly, past the compiled `__call__` that `Module.compile` installs.
+        encoder.forward = torch.compile(encoder.forward, dynamic=True, backend=compile_backend())
 
 
 def compile_for_inference(model, setting: CompileSetting) -> bool:

@@ -21,7 +21,8 @@ from neoembed.cli import app
 from neoembed.compilation import BACKEND_VARIABLE, compile_for_inference, compile_wanted
 from neoembed.embedder import load_embedder
 from neoembed.serve import ServeSettings, create_app, serve_in_thread
-from neoembed.serve.worker import ModelRunner
+from neoembed.serve.warmup import warm_up_batches
+from neoembed.serve.worker import ModelInfo, ModelRunner
 
 WORDS = [
     "the",
@@ -94,43 +95,48 @@ def test_compiled_neobert_encode_compiles_a_bounded_set_of_graphs_and_matches_ea
     assert 0 < compiles() <= NEOBERT_GRAPHS
 
 
-def test_the_served_neobert_runs_packed_on_two_graphs_whatever_the_batch(neobert_embedder, compiles):
-    """The server's runner packs every batch (tokens, hidden): one graph per compiled region, from a single
-    input to many, short to long."""
-    eager, compiled = load_embedder(str(neobert_embedder)), load_embedder(str(neobert_embedder))
+@pytest.fixture(scope="module")
+def bert_embedder(tmp_path_factory, minilm_path):
+    """A tiny random BERT (2 x 32) with MiniLM's tokenizer as a sentence-transformers directory: an encoder
+    other than NeoBERT, compiled whole and run padded by the server."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    root = tmp_path_factory.mktemp("bert-embedder")
+    shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    BertModel(BertConfig(**shape)).eval().save_pretrained(root / "backbone")
+    AutoTokenizer.from_pretrained(str(minilm_path)).save_pretrained(root / "backbone")
+    SentenceTransformer(str(root / "backbone"), device="cpu").save(str(root / "embedder"))
+    return root / "embedder"
+
+
+@pytest.mark.parametrize(("kind", "graphs"), [("neobert", 2), ("bert", 2)])
+def test_after_the_servers_warm_up_no_request_batch_compiles_anything(
+    kind, graphs, neobert_embedder, bert_embedder, compiles
+):
+    """The warm-up batches compile every graph the server's runner can need (a NeoBERT packs every batch: one
+    graph per compiled region; a BERT compiled whole runs padded: one graph for a single input, one for
+    several); requests of any size and length then reuse them and get eager's vectors."""
+    path = str(neobert_embedder if kind == "neobert" else bert_embedder)
+    eager, compiled = load_embedder(path), load_embedder(path)
     assert compile_for_inference(compiled, True)
     runners = ModelRunner(eager), ModelRunner(compiled)
-    tokenizer = eager.tokenizer
-    rng = random.Random(1)
-    for count in (1, 2, 7, 16, 3):
-        ids = [tokenizer(text)["input_ids"] for text in texts(rng, count, longest=100)]
-        flat = np.concatenate(ids).astype(np.int32)
-        lengths = np.array([len(row) for row in ids], dtype=np.int32)
-        expected, served = (runner.embed(flat, lengths) for runner in runners)
+    info = ModelInfo(eager.tokenizer, eager.max_seq_length, 0, "cpu", "float32", None, None, compiled=True)
+    for batch in warm_up_batches(info, budget=4 * eager.max_seq_length):
+        runners[1].embed(*packed(batch))
+    assert compiles() == graphs
+    rng = random.Random(3)
+    for count in (1, 2, 5, 1, 9, 3):
+        ids = [eager.tokenizer(text)["input_ids"][: eager.max_seq_length] for text in texts(rng, count, 90)]
+        expected, served = (runner.embed(*packed(ids)) for runner in runners)
         np.testing.assert_allclose(served, expected, atol=1e-5)
-    assert compiles() == 2
+    assert compiles() == graphs
 
 
-def test_another_encoder_compiles_whole_with_a_bounded_set_of_graphs(compiles):
-    """A BERT (not NeoBERT) is compiled whole: one graph for a single sequence, one for every other batch."""
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(
-        vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
-    )
-    eager = BertModel(config).eval()
-    compiled = BertModel(config).eval()
-    compiled.load_state_dict(eager.state_dict())
-    assert compile_for_inference(compiled, True)
-    gen = torch.Generator().manual_seed(0)
-    with torch.inference_mode():
-        for batch, length in ((1, 9), (1, 40), (2, 5), (4, 33), (7, 12), (3, 64), (5, 2)):
-            ids = torch.randint(5, 500, (batch, length), generator=gen)
-            mask = torch.ones_like(ids)
-            mask[0, length // 2 :] = 0  # the first row padded
-            expected = eager(ids, attention_mask=mask).last_hidden_state
-            torch.testing.assert_close(compiled(ids, attention_mask=mask).last_hidden_state, expected)
-    assert 0 < compiles() <= 2
+def packed(batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """A batch as the inference process receives it: the ids back to back, and each sequence's length."""
+    flat = np.concatenate([np.asarray(row, dtype=np.int32) for row in batch])
+    return flat, np.array([len(row) for row in batch], dtype=np.int32)
 
 
 def test_encode_compiles_on_a_cpu_only_when_told(neobert_embedder, compiles):
@@ -182,9 +188,7 @@ def test_inductor_compiles_the_served_neobert_to_the_same_vectors(neobert_embedd
     runners = ModelRunner(eager), ModelRunner(compiled)
     ids = [eager.tokenizer(text)["input_ids"] for text in texts(random.Random(2), 6)]
     for rows in (ids[:1], ids):
-        flat = np.concatenate(rows).astype(np.int32)
-        lengths = np.array([len(row) for row in rows], dtype=np.int32)
-        expected, served = (runner.embed(flat, lengths) for runner in runners)
+        expected, served = (runner.embed(*packed(rows)) for runner in runners)
         np.testing.assert_allclose(served, expected, atol=1e-4)
     assert counters["stats"]["unique_graphs"] == 2
     torch._dynamo.reset()
