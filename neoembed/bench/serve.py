@@ -377,8 +377,9 @@ def run(settings: ServeBench) -> WrittenReport:
         title="neoembed bench serve",
         intro=[
             f"{len(inputs)} WordNet glosses per round, {threads} threads on both sides, best of "
-            f"{settings.repeats} rounds alternating between direct encode (torch fp32; compiled on CUDA, as the servers are) and each server; ratio = "
-            f"throughput / model.encode at batch {settings.direct_batch_sizes[0]}; /health polled every 20 ms "
+            f"{settings.repeats} rounds alternating between direct encode (torch fp32; compiled on CUDA, as "
+            f"the servers are) and each server; ratio = throughput / model.encode at batch "
+            f"{settings.direct_batch_sizes[0]}; /health polled every 20 ms "
             f"in a separate round of {settings.health_requests} requests from {settings.health_clients} "
             "clients, all answered 200. Then the fault round: the inference process killed twice and stopped "
             "once (SIGSTOP), /health polled every 10 ms until a new one is ready. Worst cosine and recall@10 "
