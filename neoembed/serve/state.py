@@ -1,8 +1,8 @@
 """The server's state: what the routes depend on, built once from the settings.
 
 `ServerState` holds the settings, the model's description, the request tokenizer, the batcher in front of
-the inference process, the metrics, the optional index and the warm-up's progress. `create_app` (app.py) stores it on `app.state`;
-the handlers in routes.py receive it through a FastAPI dependency.
+the inference process, the metrics, the optional index and the warm-up's progress. `create_app` (app.py)
+stores it on `app.state`; the handlers in routes.py receive it through a FastAPI dependency.
 """
 
 from __future__ import annotations
