@@ -90,6 +90,12 @@ def test_errors_of_a_subcommand_name_the_whole_verb(tmp_path):
     assert "neoembed index export: " in result.output and "not an index directory" in result.output
 
 
+def shown_default(field, option):
+    """The option's default for a settings field: the field's, but None for a `bool | "auto"` field, a flag pair
+    (`--compile/--no-compile`) left out for auto."""
+    return None if option.is_flag and field.default == "auto" else field.default
+
+
 def test_serve_options_are_generated_from_the_settings_fields():
     """Each ServeSettings field is one option whose default and help are the field's own."""
     from typer.main import get_command
@@ -100,9 +106,10 @@ def test_serve_options_are_generated_from_the_settings_fields():
     assert set(options) == set(ServeSettings.model_fields)
     for name, field in ServeSettings.model_fields.items():
         assert f"--{name.replace('_', '-')}" in options[name].opts
-        assert options[name].default == field.default, name
+        assert options[name].default == shown_default(field, options[name]), name
         assert field.description and field.description in options[name].help, name
     assert "[0<=x<=65535]" in options["port"].help  # bounds come from the field's constraints
+    assert options["compile"].secondary_opts == ["--no-compile"]
     assert "One of: auto, float32, float16, bfloat16." in options["dtype"].help
 
 
@@ -182,7 +189,7 @@ def test_verbs_take_their_options_from_their_settings(verb, settings_path, own, 
     assert set(options) == (set(settings.model_fields) - library_only) | own
     for field_name in set(settings.model_fields) - library_only:
         field, option = settings.model_fields[field_name], options[field_name]
-        assert str(option.default) == str(field.default), field_name  # a path default is shown as text
+        assert str(option.default) == str(shown_default(field, option)), field_name  # a path: text
         assert field.description and field.description in option.help, field_name
 
 

@@ -163,7 +163,8 @@ def test_contrastive_keeps_its_negatives_with_larger_batches_in_gradcache_chunks
     [("auto", "cuda", True), ("auto", "cpu", False), (True, "cpu", True), (False, "cuda", False)],
 )
 def test_train_compile_auto_compiles_on_cuda_only_and_true_or_false_force_it(setting, device, expected):
-    from neoembed.training import TrainSettings, compile_wanted
+    from neoembed.compilation import compile_wanted
+    from neoembed.training import TrainSettings
 
     assert TrainSettings().compile == "auto"
     assert compile_wanted(TrainSettings(compile=setting).compile, device) is expected
@@ -179,4 +180,4 @@ def test_every_trainer_compiles_through_the_setting_on_its_device():
     assert compile_for_training(eager, TrainSettings(precision="fp32")) is False
     assert compile_for_training(compiled, TrainSettings(precision="fp32", compile=True)) is True
     blocks = [[block.compiled for block in model.model.transformer_encoder] for model in (eager, compiled)]
-    assert blocks == [[False] * 2, [True] * 2]
+    assert blocks == [[None] * 2, ["inductor"] * 2]

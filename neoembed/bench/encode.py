@@ -9,6 +9,7 @@ its `auto` backend picks for each batch. Throughput counts real (non-padding) to
 on the work a user wants done. With `--compare` only NeoBERT's `auto` path and ModernBERT are timed (the
 padded-vs-unpadded table is the run without it), which keeps the 250M comparison to a few minutes on a CPU.
 Timings are best-of-N with the paths interleaved in rotating order, so machine noise affects all alike.
+With `--compile` (the default on CUDA) every model is compiled (`neoembed.compilation`) before its warm-up.
 Each row also gives NeoBERT's model GFLOP/s on its faster path (forward FLOPs of the real tokens) and that as a
 share of the peak: a square matmul in the same dtype measured here (or a known GPU's bf16 peak).
 """
@@ -24,6 +25,7 @@ import torch
 
 from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, rotated, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
+from neoembed.compilation import compile_encoder, compile_wanted
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import padded_width
 from neoembed.pretrain.neobert import (
@@ -182,9 +184,14 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
     torch.set_num_threads(settings.threads)
     lengths = list(settings.lengths) or (COMPARE_LENGTHS if settings.compare else DEFAULT_LENGTHS)
     rows, attention, peaks = [], {}, {}
+    compiled = compile_wanted(settings.compile, torch.device(device).type)
     for config_name in settings.configs:
         model = NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
         twin = build_modernbert(config_name, device) if settings.compare else None
+        if compiled:  # like for like: ModernBERT too (the untimed warm-up batches below compile them)
+            compile_encoder(model)
+            if twin is not None:
+                compile_encoder(twin)
         budget = settings.tokens_per_batch or (
             GPU_TOKENS_PER_BATCH if device.startswith("cuda") else DEFAULT_TOKENS_PER_BATCH[config_name]
         )
@@ -206,9 +213,11 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                 attention[f"modernbert {dtype_name}"] = twin.config._attn_implementation
                 paths = {"neobert": _neobert_forward(model, "auto"), "modernbert": _modernbert_forward(twin)}
             with torch.inference_mode():
-                warm_ids, warm_mask = make_batch([16, 8], model.config.vocab_size, device, 0)
-                for forward in paths.values():
-                    forward(warm_ids, warm_mask)
+                # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
+                for lengths in ([16, 8], [16, 16]):
+                    warm_ids, warm_mask = make_batch(lengths, model.config.vocab_size, device, 0)
+                    for forward in paths.values():
+                        forward(warm_ids, warm_mask)
                 for case in cases:
                     ids, mask = make_batch(case.lengths, model.config.vocab_size, device, seed=1)
                     seconds = time_paths(paths, ids, mask, settings.repeats, device)
@@ -223,6 +232,7 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
         threads=settings.threads,
         device=_device_name(device),
         compare=settings.compare,
+        compiled=compiled,
     )
     described_peaks = {
         dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()

@@ -299,9 +299,11 @@ def bench_model(
     log_path: Path,
 ) -> ModelResult:
     """Direct encode vs a server per backend for `model`, with the fidelity of what each serves for `probe`."""
+    from neoembed.compilation import compile_for_inference
     from neoembed.embedder import load_embedder
 
     embedder = load_embedder(model, device=device)
+    compile_for_inference(embedder, "auto")  # like the servers: compiled on CUDA, eager on a CPU
     # The server truncates as encode does (--truncate), so both sides embed the same tokens.
     truncated = embedder.tokenizer(inputs, truncation=True, max_length=embedder.max_seq_length)
     tokens = sum(len(ids) for ids in truncated["input_ids"])
@@ -375,8 +377,9 @@ def run(settings: ServeBench) -> WrittenReport:
         title="neoembed bench serve",
         intro=[
             f"{len(inputs)} WordNet glosses per round, {threads} threads on both sides, best of "
-            f"{settings.repeats} rounds alternating between direct encode (torch fp32) and each server; ratio = "
-            f"throughput / model.encode at batch {settings.direct_batch_sizes[0]}; /health polled every 20 ms "
+            f"{settings.repeats} rounds alternating between direct encode (torch fp32; compiled on CUDA, as "
+            f"the servers are) and each server; ratio = throughput / model.encode at batch "
+            f"{settings.direct_batch_sizes[0]}; /health polled every 20 ms "
             f"in a separate round of {settings.health_requests} requests from {settings.health_clients} "
             "clients, all answered 200. Then the fault round: the inference process killed twice and stopped "
             "once (SIGSTOP), /health polled every 10 ms until a new one is ready. Worst cosine and recall@10 "

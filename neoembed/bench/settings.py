@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
+from neoembed.compilation import InferenceCompile
 from neoembed.recipes import StrictSettings, comma_separated
 
 
@@ -70,6 +71,7 @@ class EncodeBench(BenchSettings):
     """torch CPU threads."""
     device: Device = "auto"
     """cpu, cuda, cuda:N, or auto."""
+    compile: InferenceCompile = "auto"
     tokens_per_batch: int = Field(0, ge=0)
     """Tokens per timed batch (0: 8192 tiny, 2048 full on CPU; 65536 on CUDA)."""
     out: Path = Path("runs/bench/encode")

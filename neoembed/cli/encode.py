@@ -17,6 +17,7 @@ def encode(
 ):
     """Embed texts and print their cosine-similarity matrix; optionally save the embeddings."""
     from neoembed.cli.encode_files import load_texts, save_embeddings, similarity_table
+    from neoembed.compilation import compile_for_inference
     from neoembed.embedder import load_embedder
     from neoembed.errors import InputError
     from neoembed.probe import to_inference_dtype
@@ -29,6 +30,8 @@ def encode(
     if not items:
         raise InputError("give texts as arguments or a non-empty --file", param="--file")
     embedder, dtype = to_inference_dtype(load_embedder(settings.model), settings.dtype)
+    if compile_for_inference(embedder, settings.compile):
+        dtype += ", compiled"
     embeddings = embedder.encode(
         items, batch_size=settings.batch_size, normalize_embeddings=settings.normalize
     )

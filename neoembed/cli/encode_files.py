@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
+from neoembed.compilation import InferenceCompile
 from neoembed.recipes import StrictSettings
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
@@ -32,6 +33,7 @@ class EncodeSettings(StrictSettings):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """auto (bfloat16 where it has hardware, else float32; checked against float32 on probe texts), float32,
     bfloat16 or float16."""
+    compile: InferenceCompile = "auto"
 
     @field_validator("file")
     @classmethod

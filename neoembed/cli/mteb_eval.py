@@ -100,7 +100,15 @@ def mteb_eval(settings: MtebEvalSettings) -> None:
         f"{len(specs)} model(s) x {len(selected)} task(s); settings: {json.dumps(protocol.model_dump())}",
         markup=False,
     )
-    report = run_evaluation(specs, selected, protocol, output, device=settings.device, pairs=settings.compare)
+    report = run_evaluation(
+        specs,
+        selected,
+        protocol,
+        output,
+        device=settings.device,
+        compile=settings.compile,
+        pairs=settings.compare,
+    )
     _print_summary(report, output)
     if report.failed:
         raise typer.Exit(code=1)

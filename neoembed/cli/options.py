@@ -174,11 +174,12 @@ def _option(flag: Flag, field: FieldInfo, default: Any = None) -> inspect.Parame
     cli_type = _cli_type(field.annotation)
     if isinstance(default, str) and typing.get_origin(cli_type) is list:
         cli_type = str  # a list the settings serialise as one comma-separated value (`comma_separated`)
-    help_text = " ".join(
-        part for part in (field.description, _choices_text(field), _bounds_text(field)) if part
-    )
+    choices = None if cli_type is bool else _choices_text(field)  # a flag pair names its own choices
+    help_text = " ".join(part for part in (field.description, choices, _bounds_text(field)) if part)
     if cli_type is bool:
         names = flag.names or (f"{flag.option}/--no-{flag.option[2:]}",)
+        if not isinstance(default, bool):  # `bool | Literal["auto"]`: the flag left out is auto
+            default = None
     else:
         names = (flag.option, *flag.names[1:])
     option = typer.Option(*names, help=help_text, envvar=flag.envvar, show_default=default is not None)
@@ -205,6 +206,8 @@ def _cli_type(annotation) -> Any:
     types) are read as text, which the settings' validators parse."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if set(args) == {bool, Literal["auto"]}:  # a tri-state switch: --x, --no-x, or left out for auto
+            return bool
         annotation = args[0] if len(args) == 1 else str
     if typing.get_origin(annotation) is Annotated:
         annotation = typing.get_args(annotation)[0]

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from neoembed.compilation import CompileSetting, compile_for_inference
 from neoembed.embedder import (
     MINILM_ALIASES,
     EmbedderError,
@@ -225,8 +226,11 @@ def load_sentence_transformer(spec: ModelSpec, settings: EvalSettings, device: s
     return apply_protocol(SentenceTransformer(modules=[transformer, pooling], device=device), settings)
 
 
-def load_model(spec: ModelSpec, settings: EvalSettings, device: str | None = None):
-    """An mteb model for `spec` whose `mteb_model_meta` is the spec's cache identity."""
+def load_model(
+    spec: ModelSpec, settings: EvalSettings, device: str | None = None, compile: CompileSetting = "auto"
+):
+    """An mteb model for `spec` whose `mteb_model_meta` is the spec's cache identity, compiled as `compile`
+    says (`neoembed.compilation`)."""
     from neoembed.mteb_setup import mteb
 
     if spec.is_lexical:
@@ -234,7 +238,9 @@ def load_model(spec: ModelSpec, settings: EvalSettings, device: str | None = Non
             return mteb.get_model(BM25_MTEB_NAME)
         except ImportError as err:
             raise ModelLoadError(f"cannot load bm25: {err} (pip install 'mteb[bm25s]')") from err
-    wrapper = mteb.models.SentenceTransformerEncoderWrapper(load_sentence_transformer(spec, settings, device))
+    model = load_sentence_transformer(spec, settings, device)
+    compile_for_inference(model, compile)
+    wrapper = mteb.models.SentenceTransformerEncoderWrapper(model)
     # Set directly rather than through the constructor: mteb validates prompt keys against its own task
     # registry, which does not know neoembed's local tasks.
     wrapper.model_prompts = dict(settings.prompts) or None

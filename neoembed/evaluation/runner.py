@@ -20,6 +20,7 @@ from neoembed.mteb_setup import mteb
 from mteb import AbsTask, ResultCache, TaskResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from neoembed.compilation import CompileSetting
 from neoembed.errors import InputError
 from neoembed.evaluation.models import EvalSettings, ModelLoadError, ModelSpec, load_model, resolve_model
 from neoembed.evaluation.significance import (
@@ -138,17 +139,25 @@ def run_evaluation(
     out_dir: Path,
     *,
     device: str | None = None,
+    compile: CompileSetting = "auto",
     pairs: Sequence[str] = (),
 ) -> RunReport:
     """Evaluate every model on every task (skipping finished ones), then write the summary files with the
-    paired differences of `pairs` (`comparison_pairs`). One run writes an output directory at a time."""
+    paired differences of `pairs` (`comparison_pairs`). One run writes an output directory at a time.
+    `device` and `compile` say how each model runs; neither changes its results' identity."""
     check_pairs(pairs, [spec.label for spec in specs])
     with one_writer(out_dir, "mteb-eval", param="--output"):
-        return _evaluate_all(specs, tasks, settings, out_dir, device, pairs)
+        return _evaluate_all(specs, tasks, settings, out_dir, device, compile, pairs)
 
 
 def _evaluate_all(
-    specs, tasks, settings: EvalSettings, out_dir: Path, device: str | None, pairs: Sequence[str]
+    specs,
+    tasks,
+    settings: EvalSettings,
+    out_dir: Path,
+    device: str | None,
+    compile: CompileSetting,
+    pairs: Sequence[str],
 ) -> RunReport:
     cache = ResultCache(out_dir)
     outcomes: list[TaskOutcome] = []
@@ -167,7 +176,7 @@ def _evaluate_all(
                 else:
                     if model is None and load_error is None:  # load lazily: a fully cached model never loads
                         try:
-                            model = load_model(spec, settings, device)
+                            model = load_model(spec, settings, device, compile)
                         except ModelLoadError as err:
                             load_error = str(err)
                     if load_error is not None:

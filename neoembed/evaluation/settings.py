@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field
 
+from neoembed.compilation import InferenceCompile
 from neoembed.evaluation.models import EvalSettings
 from neoembed.recipes import StrictSettings, comma_separated
 
@@ -36,6 +37,7 @@ class MtebEvalSettings(StrictSettings):
     """Torch device (default: sentence-transformers' choice)."""
     threads: int | None = Field(None, ge=1)
     """torch CPU threads (default: torch's)."""
+    compile: InferenceCompile = "auto"
     compare: tuple[str, ...] = ()
     """Repeatable MODEL:BASELINE (labels as in the table; BASELINE 'best': the best other model): the paired
     differences tabled and drawn (default: every model against the first)."""

@@ -206,7 +206,7 @@ def build_index(
         threads = set_threads(settings.threads)
         # the reader checks that every file exists before a model is loaded
         corpus = CorpusReader(sources, id_field=settings.id_field, text_field=settings.text_field)
-        embedder, fingerprint = encode.load_model(settings.model, settings.dtype)
+        embedder, fingerprint = encode.load_model(settings.model, settings.dtype, settings.compile)
         dim = encode.dimension(embedder)
         factory, metric = settings.factory, settings.metric
         if factory != "auto":
@@ -277,7 +277,7 @@ def add_documents(
         manifest = Manifest.load(out)
         manifest.verify(out)
         name = settings.model or manifest.model
-        embedder, fingerprint = encode.load_model(name, settings.dtype)
+        embedder, fingerprint = encode.load_model(name, settings.dtype, settings.compile)
         if fingerprint != manifest.model_fingerprint:
             raise IndexMismatchError(
                 f"model {name!r} (fingerprint {fingerprint}) is not the model the index in {out} was built with: "

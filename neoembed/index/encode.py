@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from neoembed.compilation import CompileSetting, compile_for_inference
 from neoembed.embedder import load_embedder, model_fingerprint
 
 
 @lru_cache(maxsize=4)
-def load_model(name: str, dtype: str = "float32"):
+def load_model(name: str, dtype: str = "float32", compile: CompileSetting = "auto"):
     """(SentenceTransformer, fingerprint) for `name`, loaded once per process, in the checked inference dtype
-    for `dtype` (`neoembed.probe`). The fingerprint is of the weights as stored, before any cast."""
+    for `dtype` (`neoembed.probe`), compiled as `compile` says (`neoembed.compilation`). The fingerprint is of
+    the weights as stored, before any cast."""
     from neoembed.probe import to_inference_dtype
 
     model = load_embedder(name)
     fingerprint = model_fingerprint(model)
-    return to_inference_dtype(model, dtype)[0], fingerprint
+    model = to_inference_dtype(model, dtype)[0]
+    compile_for_inference(model, compile)
+    return model, fingerprint
 
 
 def dimension(model) -> int:

@@ -62,7 +62,7 @@ class SearchIndex:
 
     def _embedder(self):
         if self._model is None:
-            model, fingerprint = encode.load_model(self.model_name)
+            model, fingerprint = encode.load_model(self.model_name, compile=self.settings.compile)
             if fingerprint != self.manifest.model_fingerprint:
                 raise IndexMismatchError(
                     f"model {self.model_name!r} (fingerprint {fingerprint}) is not the model the index in "

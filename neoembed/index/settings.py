@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from neoembed.compilation import InferenceCompile
 from neoembed.recipes import StrictSettings
 
 Metric = Literal["cosine", "ip", "l2"]
@@ -45,6 +46,7 @@ class EmbedSettings(TuneSettings):
     dtype: InferenceDtype = "auto"
     """Embedder dtype: auto (bfloat16 where it has hardware, else float32; checked against float32 on probe
     texts), float32, bfloat16 or float16."""
+    compile: InferenceCompile = "auto"
     id_field: str = "id"
     """Field holding the document id."""
     text_field: str = "text"
@@ -98,6 +100,7 @@ class SearchSettings(ThreadSettings):
     """Query embedder (default: the index's; must match it)."""
     k: int = Field(10, ge=1)
     """Results per query."""
+    compile: InferenceCompile = "auto"
     mmap: bool = True
     """Memory-map the index rather than read it into memory."""
     verify_checksums: bool = True

@@ -24,6 +24,7 @@ from neoembed.serve.state import build_state
 async def lifespan(app: FastAPI):
     state = app.state.server
     state.batcher.start()
+    state.start_warm_up()
     try:
         yield
     finally:

@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from neoembed.serve.settings import ServeSettings
+from neoembed.serve.warmup import WarmUp
 from neoembed.serve.worker import HEARTBEAT_SECONDS, ModelInfo
 
 WORKER_MAIN = "import sys; from neoembed.serve.worker import main; main(int(sys.argv[1]), int(sys.argv[2]))"
@@ -169,7 +170,9 @@ class SupervisedProcess:
     `embed` is called by the batcher's thread only. A process is replaced under one lock by whichever thread
     finds it dead first: the watchdog at once while no batch is running, else the batcher before its next
     batch. A batch whose process dies or hangs fails at once with `WorkerRestarted` (503 for its requests),
-    without waiting for the replacement to load. Meanwhile requests queue and `ready` is False (/health 503)."""
+    without waiting for the replacement to load. Meanwhile requests queue and `ready` is False (/health 503).
+    A replacement runs the warm-up's untimed batches before it takes one, so a compiled model compiles there,
+    never against a batch's deadline."""
 
     def __init__(self, settings: ServeSettings, *, fingerprint: bool = False) -> None:
         self.settings = settings
@@ -178,6 +181,7 @@ class SupervisedProcess:
         self.on_fatal: Callable[[BaseException], None] = lambda err: None
         self.process = InferenceProcess(settings, fingerprint=fingerprint)
         self.info: ModelInfo = self.process.info
+        self.warm_batches: list[list[list[int]]] = []  # what a replacement runs first (`warm_up`)
         self._lock = threading.Lock()  # held while a batch or a replacement uses `process`
         self._gone: BackendGone | None = None  # set once the end is final
         self._closing = threading.Event()
@@ -195,6 +199,20 @@ class SupervisedProcess:
         return (
             self._gone is None and process.alive and time.monotonic() - process.last_beat < HUNG_AFTER_SECONDS
         )
+
+    def warm_up(self, warm: WarmUp) -> None:
+        """Run the warm-up batches, the untimed ones without a deadline (a compiled model compiles on them) and
+        the last through `calibrate`, counting them in `warm.done`; stop early if the server shuts down."""
+        self.warm_batches = warm.untimed
+        for batch in warm.untimed:
+            if self._closing.is_set():
+                return
+            with self._lock:
+                self._ensure_running()
+                self.process.embed(batch)
+            warm.done += 1
+        self.calibrate(warm.batches[-1])
+        warm.done += 1
 
     def calibrate(self, sequences: list[list[int]]) -> float:
         """Time one full batch; unless --batch-timeout was given, a batch may take 20 times that (at least
@@ -242,12 +260,22 @@ class SupervisedProcess:
                 self.settings.max_worker_restarts,
             )
             try:
-                self.process = InferenceProcess(self.settings)
+                self.process = self._warmed_process()
                 return
             except Exception as err:  # the model no longer loads: nothing can be served
                 self._gone = BackendGone(f"{why}, and a new one failed to start: {err}")
         self.on_fatal(self._gone)
         raise self._gone
+
+    def _warmed_process(self) -> InferenceProcess:
+        process = InferenceProcess(self.settings)
+        try:
+            for batch in self.warm_batches:
+                process.embed(batch)
+        except BaseException:
+            process.kill()
+            raise
+        return process
 
     def _watch(self) -> None:
         """Take heartbeats; kill a process that stops sending them, and replace a dead one while no batch uses

@@ -144,6 +144,7 @@ async def info(state: State) -> InfoBody:
         max_queue_items=settings.max_queue_items,
         device=state.model.device,
         dtype=state.model.dtype,
+        compiled=state.model.compiled,
         index=state.index.info if state.index is not None else None,
         version=version("neoembed"),
     )
@@ -151,6 +152,15 @@ async def info(state: State) -> InfoBody:
 
 @router.get("/health")
 async def health(state: State) -> HealthBody:
+    warm = state.warm
+    if not warm.finished and state.failure is None:
+        raise APIError(
+            503,
+            f"Warming up: {warm.done} of {len(warm.batches)} warm-up batches run (the compiled model compiles "
+            "on them); requests wait until it is ready.",
+            code="warming",
+            headers={"Retry-After": "5"},
+        )
     if not state.healthy:
         raise APIError(503, "The inference worker is not running.", code="unhealthy")
     return HealthBody(status="ok", queue_depth=state.batcher.depth)

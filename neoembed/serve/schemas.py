@@ -73,6 +73,7 @@ class InfoBody(BaseModel):
     max_queue_items: int
     device: str
     dtype: str
+    compiled: bool  # torch.compile runs the encoder (--compile)
     index: IndexInfo | None
     version: str
 

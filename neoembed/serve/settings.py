@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from neoembed.compilation import InferenceCompile
 from neoembed.recipes import StrictSettings
 
 # OpenAI's limit on the number of inputs in one embeddings request.
@@ -64,6 +65,7 @@ class ServeSettings(StrictSettings):
     """torch, or onnx: ONNX Runtime on the CPU, for a directory written by `neoembed export onnx`."""
     onnx_file: str | None = None
     """With --backend onnx: the graph under onnx/ (default model.onnx; model_qint8.onnx for int8)."""
+    compile: InferenceCompile = "auto"
     log_level: str = "info"
     """uvicorn and server log level."""
     strict_model_name: bool = False
@@ -108,6 +110,8 @@ class ServeSettings(StrictSettings):
             )
         if self.onnx_file is not None and self.backend != "onnx":
             raise ValueError("--onnx-file needs --backend onnx")
+        if self.compile is True and self.backend == "onnx":
+            raise ValueError("--compile needs --backend torch: ONNX Runtime runs the exported graph as it is")
         if self.index is not None and not Path(self.index).is_dir():
             raise ValueError(f"--index {self.index}: no such directory")
         return self

@@ -1,13 +1,16 @@
 """The server's state: what the routes depend on, built once from the settings.
 
 `ServerState` holds the settings, the model's description, the request tokenizer, the batcher in front of
-the inference process, the metrics and the optional index. `create_app` (app.py) stores it on `app.state`;
-the handlers in routes.py receive it through a FastAPI dependency.
+the inference process, the metrics, the optional index and the warm-up's progress. `create_app` (app.py)
+stores it on `app.state`; the handlers in routes.py receive it through a FastAPI dependency.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +27,10 @@ from neoembed.serve.metrics import Metrics
 from neoembed.serve.search import ServedIndex
 from neoembed.serve.settings import DEFAULT_BATCH_TOKENS, ServeSettings
 from neoembed.serve.tokenization import Prepared, RequestTokenizer
+from neoembed.serve.warmup import WarmUp, warm_up_batches
 from neoembed.serve.worker import ModelInfo
+
+log = logging.getLogger("neoembed.serve")
 
 
 def served_name(settings: ServeSettings) -> str:
@@ -45,6 +51,7 @@ class ServerState:
     batcher: Batcher
     metrics: Metrics
     index: ServedIndex | None
+    warm: WarmUp
     failure: str | None = None  # why the server must stop (the inference process died for good)
     on_fatal: Callable[[], None] = lambda: None  # stops the HTTP server (set by whoever runs it)
     closing: bool = False
@@ -59,8 +66,27 @@ class ServerState:
 
     @property
     def healthy(self) -> bool:
-        """Ready for traffic: the batcher runs and the inference process is up and beating."""
-        return self.batcher.alive and self.backend.ready
+        """Ready for traffic: warmed up, the batcher runs and the inference process is up and beating."""
+        return self.warm.finished and self.batcher.alive and self.backend.ready
+
+    def start_warm_up(self) -> None:
+        """Warm a compiled model up on a thread of its own, the port already bound, so /health can say so (an
+        eager model was warmed up before); a failure, such as a compiler error, stops the server."""
+        if not self.warm.finished:
+            threading.Thread(target=self._warm_up, name="neoembed-warm-up", daemon=True).start()
+
+    def _warm_up(self) -> None:
+        log.info(
+            "warming the compiled model up on %d batches; /health says ready after", len(self.warm.batches)
+        )
+        started = time.perf_counter()
+        try:
+            self.backend.warm_up(self.warm)
+        except Exception as err:
+            log.error("warming up failed: %s", err)
+            self.fail(err)
+        else:
+            log.info("warmed up in %.1f s: ready", time.perf_counter() - started)
 
     async def embed(self, inputs: Inputs, *, truncate: bool, field: str) -> tuple[np.ndarray, Prepared]:
         """Tokenize and check `inputs` on a request thread, queue their ids, and await the embeddings."""
@@ -110,7 +136,8 @@ def build_state(settings: ServeSettings) -> ServerState:
     """Start the inference process (loading the model there) and everything in front of it.
 
     Everything that can fail on bad settings (the model, the index, the batch budget) fails here, before a
-    port is bound; the inference process is stopped again when it does.
+    port is bound; the inference process is stopped again when it does. An eager model is warmed up here too;
+    a compiled one once the port is bound (`start_warm_up`).
     """
     backend = SupervisedProcess(settings, fingerprint=settings.index is not None)
     try:
@@ -123,7 +150,9 @@ def build_state(settings: ServeSettings) -> ServerState:
                 "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length",
                 param="--max-batch-tokens",
             )
-        backend.calibrate(full_batch(model, budget))
+        warm = WarmUp(warm_up_batches(model, budget))
+        if not model.compiled:  # a moment's work: done before the port is bound
+            backend.warm_up(warm)
         index = (
             ServedIndex(Path(settings.index), model.fingerprint, threads=settings.threads)
             if settings.index
@@ -139,15 +168,8 @@ def build_state(settings: ServeSettings) -> ServerState:
     tokenizer = RequestTokenizer(
         model.tokenizer, max_length=model.max_length, prompt=model.prompt, max_chars=settings.max_input_chars
     )
-    state = ServerState(settings, served_name(settings), model, tokenizer, backend, batcher, metrics, index)
+    state = ServerState(
+        settings, served_name(settings), model, tokenizer, backend, batcher, metrics, index, warm
+    )
     batcher.on_fatal = backend.on_fatal = state.fail
     return state
-
-
-def full_batch(model: ModelInfo, budget: int) -> list[list[int]]:
-    """A batch that fills the token budget with full-length inputs of one repeated word, framed as the
-    tokenizer frames a text: what `SupervisedProcess.calibrate` times."""
-    length = min(model.max_length, budget)
-    framed = model.tokenizer("word")["input_ids"]  # [CLS] word [SEP] for BERT's vocabulary
-    ids = framed[:1] + framed[1:-1] * (length - 2) + framed[-1:]
-    return [ids] * max(1, budget // length)

@@ -40,6 +40,7 @@ class ModelInfo:
     dtype: str
     prompt: str | None  # the model's default prompt, which `encode` prepends to every text
     fingerprint: str | None  # of the weights as stored (before a dtype change); only when asked for
+    compiled: bool  # torch.compile runs the encoder: its first batches compile (the server warms it up)
 
 
 def load_model(settings: ServeSettings):
@@ -138,17 +139,21 @@ class ModelRunner:
 
 
 def load_runner(settings: ServeSettings, *, fingerprint: bool) -> tuple[ModelRunner, ModelInfo]:
-    """Load the model for serving, warm it up, and describe it."""
+    """Load the model for serving and describe it (the HTTP process warms it up: `serve.warmup`)."""
+    from neoembed.compilation import compile_for_inference
     from neoembed.embedder import model_fingerprint
 
     model = load_model(settings)
     # The fingerprint hashes the weights' bytes as stored, which a bf16/fp16 conversion for serving changes.
     stored = model_fingerprint(model) if fingerprint else None
     model, dtype = to_serving_backend(model, settings)
+    compiled = compile_for_inference(model, settings.compile)
     runner = ModelRunner(model)
     tokenizer = model.tokenizer
-    warm_up = np.asarray(tokenizer("warm-up")["input_ids"], dtype=np.int32)
-    dimension = runner.embed(warm_up, np.array([len(warm_up)], dtype=np.int32)).shape[1]
+    dimension = model.get_embedding_dimension()
+    if dimension is None:  # no module declares it: measure it (an eager model; a compiled one compiles here)
+        probe = np.asarray(tokenizer("dimension")["input_ids"], dtype=np.int32)
+        dimension = runner.embed(probe, np.array([len(probe)], dtype=np.int32)).shape[1]
     info = ModelInfo(
         tokenizer=tokenizer,
         max_length=int(model.max_seq_length),
@@ -157,6 +162,7 @@ def load_runner(settings: ServeSettings, *, fingerprint: bool) -> tuple[ModelRun
         dtype=dtype,
         prompt=default_prompt(model),
         fingerprint=stored,
+        compiled=compiled,
     )
     return runner, info
 

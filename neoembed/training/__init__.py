@@ -9,7 +9,6 @@ from neoembed.faces import attach_face
 if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
     from .arguments import (
         compile_for_training as compile_for_training,
-        compile_wanted as compile_wanted,
         precision_arguments as precision_arguments,
         reporters as reporters,
         trainer_arguments as trainer_arguments,
@@ -57,7 +56,6 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         run_lock as run_lock,
     )
     from .settings import (
-        CompileSetting as CompileSetting,
         OptimSettings as OptimSettings,
         RunSettings as RunSettings,
         TrainingPrecision as TrainingPrecision,

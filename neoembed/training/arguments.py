@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypedDict
 
-from transformers import PreTrainedModel, TrainingArguments
+from transformers import TrainingArguments
 from transformers.integrations import is_tensorboard_available
 
+from neoembed.compilation import compile_encoder, compile_wanted
 from neoembed.precision import resolve_precision
-from neoembed.training.settings import CompileSetting, OptimSettings, RunSettings, TrainSettings
+from neoembed.training.settings import OptimSettings, RunSettings, TrainSettings
 
 
 class PrecisionArguments(TypedDict):
@@ -81,29 +82,9 @@ def trainer_arguments(
     return args_class(**(shared | specific))
 
 
-def compile_wanted(setting: CompileSetting, device_type: str) -> bool:
-    """`train.compile` on a device type. auto compiles on CUDA: the compiled NeoBERT trains at 1.6x eager on an
-    H200 (docs/benchmarks/gpu.md). Not on CPU: the quickstart's pretraining took longer compiled than eager on
-    both CPU kinds, compilation included (docs/benchmarks/quickstart.md)."""
-    return device_type == "cuda" if setting == "auto" else setting
-
-
 def compile_for_training(model, run: RunSettings) -> bool:
     """Compile `model`'s encoder where `train.compile` wants it on the device the run trains on; whether it did."""
     compiled = compile_wanted(run.compile, resolve_precision(run.precision).device)
     if compiled:
         compile_encoder(model)
     return compiled
-
-
-def compile_encoder(model) -> None:
-    """`train.compile`: an encoder that knows how to compile itself (NeoBERT's `compile_layers`: each block's
-    work around attention, attention staying a fused kernel call) does so; any other is compiled whole, with
-    dynamic shapes since batch lengths vary. `model` is the encoder or a module holding it (a
-    sentence-transformers model, a classifier)."""
-    encoder = next(m for m in model.modules() if isinstance(m, PreTrainedModel))
-    compile_layers = getattr(encoder, "compile_layers", None)
-    if compile_layers is not None:
-        compile_layers()
-    else:
-        encoder.compile(dynamic=True)

@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from neoembed.compilation import CompileSetting
 from neoembed.recipes import PackagedFile, StrictSettings
 
 TrainingPrecision = Literal["auto", "fp32", "bf16"]
-CompileSetting = bool | Literal["auto"]
 
 
 class OptimSettings(StrictSettings):
@@ -47,7 +47,7 @@ class RunSettings(StrictSettings):
     """Log loss, learning rate and throughput every N steps (to metrics.jsonl)."""
     compile: CompileSetting = "auto"
     """torch.compile the encoder (NeoBERT: each block's work around attention; any other whole, with dynamic
-    shapes). auto: on CUDA, where it pays; off on CPU (`training.compile_wanted` says why); true/false force it."""
+    shapes). auto: on CUDA, where it pays; off on CPU (`compilation.compile_wanted` says why); true/false force it."""
     threads: int | None = Field(default=None, gt=0)
     """torch CPU threads (default: torch's)."""
     num_workers: int = Field(default=0, ge=0)

@@ -80,7 +80,7 @@ class EncoderBlock(GradientCheckpointingLayer):
         self.wo = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
         self.ffn_norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.ffn = SwiGLU(config.hidden_size, config.ffn_hidden_size)
-        self.compiled = False  # run the two regions around attention through torch.compile
+        self.compiled: str | None = None  # the torch.compile backend the two regions around attention run on
 
     def attention_inputs(self, x, cos, sin):
         """q, k, v of the normed input, q and k rotated. The fused projection is laid out per head:
@@ -98,17 +98,17 @@ class EncoderBlock(GradientCheckpointingLayer):
     def forward(self, x, cos, sin, batch: PaddedBatch | VarlenBatch):
         before, after = EncoderBlock.attention_inputs, EncoderBlock.attention_output_and_ffn
         if self.compiled:
-            before, after = _compiled(before), _compiled(after)
+            before, after = _compiled(before, self.compiled), _compiled(after, self.compiled)
         q, k, v = before(self, x, cos, sin)
         attended, weights = batch.attend(q, k, v)
         return after(self, x, attended), weights
 
 
 @functools.cache
-def _compiled(region):
+def _compiled(region, backend: str):
     """One compiled graph per region, shared by every layer (parameters are graph inputs, not constants);
     dynamic shapes, since token counts change from batch to batch."""
-    return torch.compile(region, dynamic=True)
+    return torch.compile(region, dynamic=True, backend=backend)
 
 
 class NeoBERTPreTrainedModel(PreTrainedModel):
@@ -127,11 +127,12 @@ class NeoBERTPreTrainedModel(PreTrainedModel):
         self.config.attn_backend = backend_for_implementation(attn_implementation, self.config.attn_backend)
         return IMPLEMENTATION_OF_BACKEND[self.config.attn_backend]
 
-    def compile_layers(self) -> None:
-        """Compile every encoder block's regions around attention (see the module docstring)."""
+    def compile_layers(self, backend: str = "inductor") -> None:
+        """Compile every encoder block's regions around attention (see the module docstring) with torch.compile's
+        `backend`; the compilation itself waits for the first forward."""
         for module in self.modules():
             if isinstance(module, EncoderBlock):
-                module.compiled = True
+                module.compiled = backend
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
