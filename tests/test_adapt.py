@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from test_contrastive import tiny_encoder_dir
+from test_contrastive_run import tiny_neobert_dir
 from typer.testing import CliRunner
 
 from neoembed.adapt import CorpusError, make_pairs, read_corpus, read_texts
@@ -172,6 +173,21 @@ def test_adapt_exports_a_model_and_resumes(tmp_path, encoder):
     other = CliRunner().invoke(app, adapt_args(corpus, out, encoder, "--pairs.methods", '["crop"]'))
     assert other.exit_code == 2
     assert "holds pairs made from another corpus or other settings" in other.output
+
+
+def test_adapt_takes_a_neobert_encoder(tmp_path):
+    """A bare NeoBERT checkpoint (as `neoembed pretrain` leaves it) adapts and exports as an embedder that
+    sentence-transformers loads."""
+    from sentence_transformers import SentenceTransformer
+
+    from neoembed.pretrain.neobert import tiny_config
+
+    corpus, out = write(tmp_path / "docs.txt", documents(300)), tmp_path / "run"
+    result = CliRunner().invoke(app, adapt_args(corpus, out, tiny_neobert_dir(tmp_path)))
+    assert result.exit_code == 0, result.output
+    exported = SentenceTransformer(str(out / "model"))
+    assert type(exported[0].auto_model).__name__ == "NeoBERTModel"
+    assert exported.encode(["a socket buffer"]).shape == (1, tiny_config().hidden_size)
 
 
 def test_bad_input_is_one_line(tmp_path, encoder):
