@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         backends as backends,
         build_data as build_data,
         contrastive as contrastive,
+        contrastive_speed as contrastive_speed,
         encode as encode,
         gpu as gpu,
         gpu_docs as gpu_docs,

@@ -14,12 +14,9 @@ Goals: 1M rows through stage 1 in under 120 s with peak RSS under 4 GiB.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import resource
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, in_child, write_report
 from neoembed.bench.settings import BuildDataBench
 from neoembed.run_files import read_jsonl
 
@@ -148,26 +145,6 @@ def _stage_child(work: str) -> dict[str, Any]:
         "write_s": time.perf_counter() - staged_at,
         "stats": staged,
     }
-
-
-def _run_child(target: Callable[..., dict[str, Any]], *args) -> None:
-    """Child process: `target(*args)`'s figures and the child's peak RSS, as JSON at the path given last."""
-    *args, result_path = args
-    result = {**target(*args), "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
-    Path(result_path).write_text(json.dumps(result, default=int))  # ru_maxrss: KiB on Linux
-
-
-def in_child(target: Callable[..., dict[str, Any]], *args, work: Path) -> dict[str, Any]:
-    """`target(*args)` run in a fresh process, which measures its own peak RSS, and what it returned."""
-    result_path = work / f"{target.__name__}.json"
-    child = multiprocessing.get_context("spawn").Process(
-        target=_run_child, args=(target, *args, str(result_path))
-    )
-    child.start()
-    child.join()
-    if child.exitcode != 0:
-        raise RuntimeError(f"the benchmark child process failed with exit code {child.exitcode}")
-    return json.loads(result_path.read_text())
 
 
 @dataclass(frozen=True)

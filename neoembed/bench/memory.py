@@ -1,4 +1,5 @@
-"""How many token slots a training step of `bench pretrain` can hold on this machine, before it runs.
+"""The memory of training steps: how many token slots a step of `bench pretrain` can hold on this machine,
+estimated before it runs, and the peak a run of steps took, measured while it runs (`PeakMemory`).
 
 A step of the 250M model at the CPU's default budget grew to 23 GB resident and was killed by the kernel on a
 24 GiB machine. The estimate below (weights, gradients and AdamW state, plus activations kept for backward
@@ -86,3 +87,46 @@ def available_memory(device: str) -> float:
         if line.startswith("MemAvailable:"):
             return float(line.split()[1]) * 1024
     raise OSError("/proc/meminfo has no MemAvailable")
+
+
+def _status_bytes(field: str) -> int:
+    """A size field of /proc/self/status (VmRSS, VmHWM), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+class PeakMemory:
+    """The peak memory of what runs after it is made, on `device`: on CUDA torch's max_memory_allocated (every
+    live tensor: weights, gradients, optimiser state, activations); on the CPU how far the resident set's
+    peak rose above the resident set at the start (the kernel's VmHWM, reset here by writing 5 to
+    /proc/self/clear_refs), so imports and libraries loaded before do not count. Hand-written: torch counts
+    no CPU allocations, and tracemalloc sees Python's allocations, not torch's."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.cuda = device.startswith("cuda")
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+            self.start = 0
+        else:
+            Path("/proc/self/clear_refs").write_text("5")
+            self.start = _status_bytes("VmRSS")
+        self.device = device
+
+    def peak_bytes(self) -> int:
+        import torch
+
+        if self.cuda:
+            return torch.cuda.max_memory_allocated(self.device)
+        return _status_bytes("VmHWM") - self.start
+
+    @property
+    def meaning(self) -> str:
+        return (
+            "torch.cuda.max_memory_allocated over training"
+            if self.cuda
+            else "peak resident set's rise over training"
+        )

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import platform
+import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -105,6 +108,27 @@ def percentile_ms(latencies: Sequence[float], q: float) -> float:
     import numpy as np  # here: the CLI imports this module's types at start-up
 
     return float(np.percentile(latencies, q)) * 1000
+
+
+def _run_child(target: Callable[..., dict[str, Any]], *args) -> None:
+    """Child process: `target(*args)`'s figures and the child's peak RSS, as JSON at the path given last."""
+    *args, result_path = args
+    result = {**target(*args), "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    Path(result_path).write_text(json.dumps(result, default=int))  # ru_maxrss: KiB on Linux
+
+
+def in_child(target: Callable[..., dict[str, Any]], *args, work: Path) -> dict[str, Any]:
+    """`target(*args)` run in a fresh process, which measures its own peak RSS, and what it returned: a
+    measurement that no other in this process's memory (or allocator caches) can touch."""
+    result_path = work / f"{target.__name__}.json"
+    child = multiprocessing.get_context("spawn").Process(
+        target=_run_child, args=(target, *args, str(result_path))
+    )
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"the benchmark child process failed with exit code {child.exitcode}")
+    return json.loads(result_path.read_text())
 
 
 def machine_description() -> dict[str, str | int | None]:

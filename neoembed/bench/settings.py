@@ -230,7 +230,8 @@ class ContrastiveBench(BenchSettings):
     overrides: tuple[str, ...] = ()
     """KEY=VALUE override of the neoembed recipe (e.g. optim.lr=5e-5); repeatable."""
     steps: int | None = Field(None, ge=1)
-    """Optimizer steps per run, the same for every model (default: the recipe's train.max_steps)."""
+    """Optimizer steps per run, the same for every model (default: the recipe's train.max_steps; with --speed:
+    the timed steps after the warm-up, default 5)."""
     minutes: float | None = Field(None, ge=0.01)
     """A time budget per run instead of steps (a faster precision then gets more steps, which mixes two
     effects)."""
@@ -246,6 +247,16 @@ class ContrastiveBench(BenchSettings):
     """A pretrained NeoBERT directory to run the recipe on too."""
     fresh: bool = False
     """Retrain instead of reusing finished runs under --out."""
+    speed: bool = False
+    """Instead of the quality grid: training pairs/s and peak memory of neoembed contrastive against
+    sentence-transformers' CachedMultipleNegativesRankingLoss on the same pairs, global batch, GradCache
+    mini-batch, precision and device (writes contrastive-speed.json and .md)."""
+    batch_size: int = Field(256, ge=2)
+    """With --speed: the global batch of both trainers."""
+    mini_batch_size: int = Field(32, ge=1)
+    """With --speed: the GradCache mini-batch of both trainers."""
+    warmup_steps: int = Field(2, ge=1)
+    """With --speed: untimed steps before the timed ones (compilation, first allocations)."""
     out: Path = Path("runs/bench/contrastive")
     """Directory for contrastive.json and .md."""
 
@@ -261,6 +272,8 @@ class ContrastiveBench(BenchSettings):
     def _one_budget(self):
         if self.steps is not None and self.minutes is not None:
             raise ValueError("give --steps or --minutes, not both")
+        if self.speed and self.minutes is not None:
+            raise ValueError("--speed times a number of --steps, not --minutes")
         return self
 
     def run_precisions(self) -> tuple[str, ...]:

@@ -11,10 +11,15 @@ callbacks, which do not change what a step does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neoembed.contrastive import SetScores
+
+if TYPE_CHECKING:
+    from transformers import TrainerCallback
 
 LEARNING_RATE = 5e-5
 BATCH_SIZE = 64
@@ -44,25 +49,34 @@ class Trained:
     reused: bool = False
 
 
-def pairs(data: Path):
-    """Every source's (query, positive) columns of a finished build, as one dataset."""
+def pairs(data: Path, sources: list[str] | None = None):
+    """The (query, positive) columns of a finished build's `sources` (None: every source), as one dataset."""
     from datasets import concatenate_datasets
 
     from neoembed.data import load_records
 
     return concatenate_datasets(
-        [records.select_columns(["query", "positive"]) for records in load_records(data).values()]
+        [records.select_columns(["query", "positive"]) for records in load_records(data, sources).values()]
     )
 
 
 def fit(
-    base: str, dataset, make_loss, out: Path, export: Path, budget: Budget, max_length: int, **arguments
+    base: str,
+    dataset,
+    make_loss,
+    out: Path,
+    export: Path | None,
+    budget: Budget,
+    max_length: int,
+    callbacks: Sequence[TrainerCallback] = (),
+    **arguments,
 ) -> Trained:
     """`base` trained with the library's trainer on `dataset` and the loss `make_loss(model)`, within `budget`
     (its steps or minutes, seed and precision; checkpoints and metrics.jsonl in `out`), on inputs cut at
-    `max_length` tokens, saved to `export` declaring its own max length again. `arguments`: the method's
-    own training arguments (learning rate, batch size, schedule). Returns the steps taken, the trainer's
-    runtime in minutes, and `export`."""
+    `max_length` tokens, saved to `export` (None: not saved) declaring its own max length again.
+    `callbacks`: the caller's, beside the metrics log (a bench's step clock); `arguments`: the method's own
+    training arguments (learning rate, batch size, schedule). Returns the steps taken, the trainer's runtime
+    in minutes, and `export`."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
     from neoembed.embedder import load_embedder
@@ -84,12 +98,14 @@ def fit(
         args=args,
         train_dataset=dataset,
         loss=make_loss(model),
-        callbacks=[MetricsLog(out / METRICS_FILE)] + ([TimeBudget(budget.minutes)] if budget.minutes else []),
+        callbacks=[MetricsLog(out / METRICS_FILE), *callbacks]
+        + ([TimeBudget(budget.minutes)] if budget.minutes else []),
     )
     result = trainer.train()
     model.max_seq_length = declared
-    model.save(str(export))
-    return Trained(result.global_step, result.metrics["train_runtime"] / 60, str(export))
+    if export is not None:
+        model.save(str(export))
+    return Trained(result.global_step, result.metrics["train_runtime"] / 60, str(export or ""))
 
 
 def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_length: int) -> Trained:

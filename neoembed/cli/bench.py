@@ -113,7 +113,13 @@ def pretrain(settings: PretrainBench) -> None:
 @options_from(ContrastiveBench, flags=[Flag("overrides", ("--set",))])
 def contrastive(settings: ContrastiveBench) -> None:
     """neoembed's recipe vs plain sentence-transformers (MNRL), same data, base and CPU budget: held-out
-    WordNet, FOLDOC and POS scores next to the base model and BM25, and the goal checks."""
+    WordNet, FOLDOC and POS scores next to the base model and BM25, and the goal checks; or, with --speed,
+    training pairs/s and peak memory against the library's cached loss on the same pairs and batches."""
+    if settings.speed:
+        from neoembed.bench import contrastive_speed as bench_contrastive_speed
+
+        _echo_report(bench_contrastive_speed.run(settings))
+        return
     from neoembed.bench import contrastive as bench_contrastive
 
     _echo_report(bench_contrastive.run(settings))

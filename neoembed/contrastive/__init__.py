@@ -26,6 +26,6 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         PromptSettings as PromptSettings,
         SelectionSettings as SelectionSettings,
     )
-    from .train import run_contrastive as run_contrastive
+    from .train import build_trainer as build_trainer, run_contrastive as run_contrastive
 
 __getattr__, __dir__, __all__ = attach_face(__name__, __file__)

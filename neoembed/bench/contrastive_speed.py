@@ -1,0 +1,279 @@
+"""`neoembed bench contrastive --speed`: training pairs/s and peak memory of `neoembed contrastive` against
+sentence-transformers' CachedMultipleNegativesRankingLoss, GradCache on both sides.
+
+One contrastive settings object drives both trainers, so they share by construction the base model, the pairs
+(the build's largest source, its (query, positive) columns: the library's loss would take hard negatives as
+more columns), the global batch, the GradCache mini-batch, the precision and device, the threads, the max
+length, the temperature, the learning rate and the seed. neoembed: the recipe (contrastive-cpu unless told)
+as `neoembed contrastive` builds its trainer (homogeneous batches, duplicate-aware InfoNCE, `train.compile`
+auto: compiled on CUDA), without what the library's loss has no counterpart of (distillation, Matryoshka,
+prompts, LoRA, held-out scoring). sentence-transformers: `st_baseline.fit` with the library's
+CachedMultipleNegativesRankingLoss, as a user would write it.
+
+Each trainer runs `warmup_steps` untimed steps (compilation, the optimiser's first allocations), then `steps`
+timed ones, in a fresh process of its own (`report.in_child`), so neither sees the other's memory: pairs/s
+over the timed steps, and the peak memory of training (`memory.PeakMemory`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from neoembed.bench import st_baseline
+from neoembed.bench.contrastive import default_build, neoembed_settings
+from neoembed.bench.memory import PeakMemory
+from neoembed.bench.report import Report, Row, Table, WrittenReport, in_child, meets, write_report
+from neoembed.bench.settings import ContrastiveBench
+from neoembed.contrastive import ContrastiveSettings
+from neoembed.errors import InputError
+from neoembed.precision import resolve_precision, synchronize
+from neoembed.recipes import field_path
+
+TARGET_RATIO = 1.3  # neoembed's pairs/s over the library's cached loss (issue 41, on the GPU)
+DEFAULT_STEPS = 5
+TRAINERS = {"neoembed": "neoembed contrastive", "st": "ST CachedMNRL"}
+
+# Fields the speed mode sets itself: the same pairs, batch and loss as the library's, no scoring or saving.
+SPEED_FIELDS = tuple(
+    map(
+        lambda select: field_path(ContrastiveSettings, select),
+        (
+            lambda r: r.data.sources,
+            lambda r: r.data.max_negatives,
+            lambda r: r.data.max_rows,
+            lambda r: r.data.prompts,
+            lambda r: r.model.lora,
+            lambda r: r.loss.mini_batch_size,
+            lambda r: r.loss.distill,
+            lambda r: r.loss.matryoshka_dims,
+            lambda r: r.loss.base_pull,
+            lambda r: r.loss.symmetric,
+            lambda r: r.train.batch_size,
+            lambda r: r.train.grad_accum,
+            lambda r: r.train.log_steps,
+            lambda r: r.train.save_steps,
+            lambda r: r.eval.sets,
+            lambda r: r.export.base_weight,
+        ),
+    )
+)
+
+
+class StepClock(TrainerCallback):
+    """What a trainer did, read from the trainer itself: its global batch, the rows of its training data,
+    its precision and device; the wall seconds of the steps after the first `warmup`, and the peak memory of
+    training."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.figures: dict[str, Any] = {}
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        self.device = str(args.device)
+        self.memory = PeakMemory(self.device)
+        self.figures = {
+            "rows": len(train_dataloader.dataset),
+            "global batch": args.per_device_train_batch_size
+            * args.gradient_accumulation_steps
+            * args.world_size,
+            "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            "device": args.device.type,
+        }
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.warmup:
+            synchronize(self.device)
+            self.started = time.perf_counter()
+        elif state.global_step == state.max_steps:
+            synchronize(self.device)
+            self.figures |= {
+                "timed steps": state.global_step - self.warmup,
+                "seconds": time.perf_counter() - self.started,
+                "peak bytes": self.memory.peak_bytes(),
+                "memory": self.memory.meaning,
+            }
+
+
+def neoembed_arm(settings_json: str, warmup: int) -> dict[str, Any]:
+    """Child process: the trainer `neoembed contrastive` builds for the settings, trained and timed."""
+    from neoembed.contrastive import build_trainer
+
+    trainer = build_trainer(ContrastiveSettings.model_validate_json(settings_json))
+    clock = StepClock(warmup)
+    trainer.add_callback(clock)
+    trainer.train()
+    return {**clock.figures, "mini-batch": trainer.infonce.mini_batch_size}
+
+
+def st_arm(settings_json: str, warmup: int, out: str) -> dict[str, Any]:
+    """Child process: sentence-transformers' trainer and CachedMultipleNegativesRankingLoss on the settings'
+    base, pairs, batch, mini-batch, precision, threads, length, temperature, learning rate and seed."""
+    import torch
+    from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
+
+    settings = ContrastiveSettings.model_validate_json(settings_json)
+    train, loss = settings.train, settings.loss
+    torch.set_num_threads(train.threads)
+    made = []
+
+    def make_loss(model) -> CachedMultipleNegativesRankingLoss:
+        made.append(CachedMultipleNegativesRankingLoss(model, scale=1 / loss.temperature, mini_batch_size=loss.mini_batch_size))  # fmt: skip
+        return made[-1]
+
+    clock = StepClock(warmup)
+    st_baseline.fit(
+        settings.model.base,
+        st_baseline.pairs(Path(settings.data.path), settings.data.sources),
+        make_loss,
+        Path(out),
+        None,
+        st_baseline.Budget(train.max_steps, None, train.seed, train.precision),
+        settings.model.max_length,
+        [clock],
+        learning_rate=settings.optim.lr,
+        per_device_train_batch_size=train.batch_size,
+        logging_steps=train.log_steps,
+        save_strategy="no",
+    )
+    return {**clock.figures, "mini-batch": made[-1].mini_batch_size}
+
+
+def largest_source(data: Path) -> str:
+    """The build's source with the most rows (its stats.json, written last by the build)."""
+    sources = json.loads((data / "stats.json").read_text())["sources"]
+    return max(sources, key=lambda name: sources[name]["rows_out"])
+
+
+def speed_settings(
+    bench: ContrastiveBench, recipe: Path, data: Path, run_dir: Path, precision: str, overrides: dict
+) -> ContrastiveSettings:
+    """The recipe with the user's overrides, the fields every compared trainer shares, and the speed mode's
+    own (SPEED_FIELDS)."""
+    fixed = sorted(set(overrides) & set(SPEED_FIELDS))
+    if fixed:
+        raise InputError(
+            f"--set {', '.join(fixed)}: set by the speed mode (--batch-size, --mini-batch-size: the same pairs, "
+            "batch and loss as sentence-transformers' cached loss, nothing scored or saved)",
+            param="--set",
+        )
+    total = bench.warmup_steps + (bench.steps or DEFAULT_STEPS)
+    speed = dict(
+        zip(
+            SPEED_FIELDS,
+            (
+                [largest_source(data)],
+                0,
+                None,
+                {},
+                None,
+                bench.mini_batch_size,
+                None,
+                None,
+                0.0,
+                False,
+                bench.batch_size,
+                1,
+                total,
+                2 * total,
+                [],
+                0.0,
+            ),  # fmt: skip
+            strict=True,
+        )
+    )
+    budget = st_baseline.Budget(total, None, 0, precision)
+    return neoembed_settings(
+        recipe, bench.model, data, run_dir, budget, bench.threads, {**overrides, **speed}
+    )
+
+
+def speed_precisions(bench: ContrastiveBench) -> tuple[str, ...]:
+    """--precisions, or the one `auto` trains in here (bf16 where it has hardware, else fp32)."""
+    return bench.precisions or (("bf16",) if resolve_precision("auto").train_bf16 else ("fp32",))
+
+
+def run(bench: ContrastiveBench) -> WrittenReport:
+    from neoembed.packaged import resolve_recipe
+    from neoembed.recipes import parse_overrides
+
+    recipe = resolve_recipe(bench.recipe)
+    overrides = parse_overrides([f"--{item}" for item in bench.overrides])
+    out = bench.out
+    data = bench.data or default_build(out / "data", bench.rows)
+    rows, ratios, arms = [], {}, {}
+    for precision in speed_precisions(bench):
+        ours_dir, theirs_dir = out / f"speed-{precision}-neoembed", out / f"speed-{precision}-st"
+        settings = speed_settings(bench, recipe, data, ours_dir, precision, overrides)
+        for run_dir in (ours_dir, theirs_dir):  # timings are never reused
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir(parents=True)
+        plan = settings.model_dump_json()
+        measured = {
+            "neoembed": in_child(neoembed_arm, plan, bench.warmup_steps, work=ours_dir),
+            "st": in_child(st_arm, plan, bench.warmup_steps, str(theirs_dir), work=theirs_dir),
+        }
+        arms[precision] = measured
+        for trainer, figures in measured.items():
+            rows.append(arm_row(precision, trainer, figures))
+        ours, theirs = measured["neoembed"], measured["st"]
+        ratios[precision] = {
+            "pairs_per_s": pairs_per_s(ours) / pairs_per_s(theirs),
+            "peak_memory": ours["peak bytes"] / theirs["peak bytes"],
+        }
+    first = next(iter(arms.values()))["neoembed"]
+    intro = [
+        f"Base {bench.model}, recipe {recipe.stem}, pairs: source {settings.data.sources[0]} of {data} "
+        f"({first['rows']:,} rows), max length {settings.model.max_length}, {bench.threads} CPU thread(s), "
+        f"device {first['device']}; {bench.warmup_steps} untimed step(s), then {first['timed steps']} timed. "
+        "Each trainer in a fresh process of its own; neoembed compiles its encoder where `train.compile` "
+        "auto does (CUDA), the library's trainer as it ships.",
+        f"Peak memory: {first['memory']}.",
+    ]
+    verdicts = [
+        f"{precision}: neoembed / ST pairs/s = {r['pairs_per_s']:.2f}x ({meets(r['pairs_per_s'] >= TARGET_RATIO)} "
+        f"the {TARGET_RATIO}x target set for the GPU); peak memory {r['peak_memory']:.2f}x ST's "
+        f"({meets(r['peak_memory'] <= 1.0)} 'no higher')"
+        for precision, r in ratios.items()
+    ]
+    report = Report(
+        name="contrastive-speed",
+        title="neoembed bench contrastive --speed",
+        intro=intro,
+        tables=[Table(rows)],
+        verdicts=verdicts,
+        payload={
+            "settings": settings,
+            "rows": rows,
+            "ratios": ratios,
+            "target_ratio": TARGET_RATIO,
+            "arms": arms,
+            "warmup_steps": bench.warmup_steps,
+            "threads": bench.threads,
+        },
+    )
+    return write_report(report, out)
+
+
+def pairs_per_s(figures: dict[str, Any]) -> float:
+    return figures["timed steps"] * figures["global batch"] / figures["seconds"]
+
+
+def arm_row(precision: str, trainer: str, figures: dict[str, Any]) -> Row:
+    return Row(
+        {"precision": precision, "trainer": TRAINERS[trainer]},
+        {
+            "pairs in source": figures["rows"],
+            "global batch": figures["global batch"],
+            "mini-batch": figures["mini-batch"],
+            "timed steps": figures["timed steps"],
+            "pairs/s": pairs_per_s(figures),
+            "peak memory GiB": figures["peak bytes"] / 2**30,
+            "process peak RSS GiB": figures["peak_rss_gib"],
+        },
+    )
