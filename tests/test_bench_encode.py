@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -48,13 +49,34 @@ def test_bench_encode_compares_with_modernbert_on_the_same_batches(tmp_path):
         "neobert fp32": "padded: sdpa; unpadded: sdpa_per_sequence",
         "modernbert fp32": "sdpa",
     }
-    fixed, mixed = report["rows"]
+    fixed, mixed = report["rows"]  # eager beside eager; compiled arms only where asked or on CUDA
+    assert fixed["mode"] == mixed["mode"] == "eager"
+    assert report["settings"]["compiled_pair"].startswith(
+        "not timed on cpu: compilation is on by default on CUDA"
+    )
     assert "padded tok/s" not in fixed, "only the auto path is timed against ModernBERT"
     assert fixed["neobert path"] == "sdpa" and mixed["neobert path"] == "unpadded", "NeoBERT's auto choice"
     for row in report["rows"]:
         assert row["modernbert tok/s"] > 0 and row["neobert tok/s"] > 0 and row["neobert/modernbert"] > 0
         assert row["modernbert of peak"] > 0 and row["modernbert GFLOP/s"] > 0  # both MFUs, one peak
     assert "ModernBERT" in (tmp_path / "encode.md").read_text()
+
+
+@pytest.mark.slow
+def test_compiled_models_are_timed_beside_each_other_and_eager_ones_too(tmp_path):
+    """--compile on the CPU (inductor's C++ compiler)."""
+    args = ["bench", "encode", "--configs", "tiny", "--dtypes", "fp32", "--lengths", "64", "--mixed", "16,64"]
+    args += ["--compare", "modernbert", "--compile", "--repeats", "1", "--tokens-per-batch", "256"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "encode.json").read_text())["rows"]
+    assert [(row["case"], row["mode"]) for row in rows] == [
+        ("fixed 64", "eager"), ("fixed 64", "compiled"), ("mixed 16..64", "eager"), ("mixed 16..64", "compiled")
+    ]  # fmt: skip
+    for row in rows:
+        assert row["neobert tok/s"] > 0 and row["modernbert tok/s"] > 0 and row["modernbert of peak"] > 0
+    assert "fixed 64 fp32 compiled: NeoBERT" not in result.output  # verdicts name 4096 and mixed rows
+    assert "tiny mixed 16..64 fp32 compiled: NeoBERT (unpadded) / ModernBERT" in result.output
 
 
 def test_modernbert_flops_count_global_layers_over_the_sequence_and_local_ones_over_their_window():

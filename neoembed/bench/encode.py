@@ -8,6 +8,8 @@ not depend on the weights, so nothing is downloaded), runs the same token batche
 its `auto` backend picks for each batch. Throughput counts real (non-padding) tokens, so every path is compared
 on the work a user wants done. With `--compare` only NeoBERT's `auto` path and ModernBERT are timed (the
 padded-vs-unpadded table is the run without it), which keeps the 250M comparison to a few minutes on a CPU.
+Against ModernBERT each model is compared like for like: eager beside eager, and (with `--compile`, the
+default on CUDA) compiled beside compiled, on one model each with its eager and its compiled path.
 Timings are best-of-N with the paths interleaved in rotating order, so machine noise affects all alike.
 With `--compile` (the default on CUDA) every model is compiled (`neoembed.compilation`) before its warm-up.
 Each row also gives NeoBERT's model GFLOP/s on its faster path (forward FLOPs of the real tokens) and that as a
@@ -25,7 +27,7 @@ import torch
 
 from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, rotated, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
-from neoembed.compilation import compile_encoder, compile_wanted
+from neoembed.compilation import compile_backend, compile_encoder, compile_wanted
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import padded_width
 from neoembed.pretrain.neobert import (
@@ -124,17 +126,29 @@ def modernbert_forward_flops(config, lengths: list[int]) -> float:
     return 2 * len(kinds) * per_layer * sum(lengths) + 4 * hidden * sum(keys[kind] for kind in kinds)
 
 
-def _neobert_forward(model: NeoBERTModel, backend: str) -> Forward:
+def _neobert_forward(model: NeoBERTModel, backend: str, compiled: bool | None = None) -> Forward:
+    """NeoBERT on attention `backend`; `compiled` True or False runs its blocks compiled or eagerly (the flag
+    `compile_layers` sets, here set per path so that one model has both), None as they are."""
+    blocks = None if compiled is None else compile_backend() if compiled else ""
+
     def forward(ids, mask):
         model.config.attn_backend = backend
+        if blocks is not None:
+            for block in model.transformer_encoder:
+                block.compiled = blocks or None
         return model(ids, attention_mask=mask).last_hidden_state
 
     return forward
 
 
-def _modernbert_forward(model) -> Forward:
+def _modernbert_forward(model, compiled: bool = False) -> Forward:
+    """ModernBERT compiled (`compilation.compile_encoder` replaced the instance's `forward`) or eagerly (its
+    class's `forward`), so that one model has both paths."""
+
     def forward(ids, mask):
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+        if compiled:
+            return model.forward(input_ids=ids, attention_mask=mask).last_hidden_state
+        return type(model).forward(model, input_ids=ids, attention_mask=mask).last_hidden_state
 
     return forward
 
@@ -211,7 +225,16 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
             else:
                 twin.to(dtype)
                 attention[f"modernbert {dtype_name}"] = twin.config._attn_implementation
-                paths = {"neobert": _neobert_forward(model, "auto"), "modernbert": _modernbert_forward(twin)}
+                # Eager beside eager, and where compiled, compiled beside compiled.
+                paths = {
+                    "neobert": _neobert_forward(model, "auto", False),
+                    "modernbert": _modernbert_forward(twin),
+                }
+                if compiled:
+                    paths |= {
+                        "neobert compiled": _neobert_forward(model, "auto", True),
+                        "modernbert compiled": _modernbert_forward(twin, compiled=True),
+                    }
             with torch.inference_mode():
                 # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
                 for lengths in ([16, 8], [16, 16]):
@@ -223,9 +246,17 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                     seconds = time_paths(paths, ids, mask, settings.repeats, device)
                     label = {"config": config_name, "case": case.name, "dtype": dtype_name}
                     peak = peaks[dtype_name][0]
-                    rows.append(_measured(label, case, model, twin, ids, mask, seconds, peak))
-                    tok_s = [f"{path} {rows[-1][f'{path} tok/s']:,.0f}" for path in paths]
-                    progress(f"{config_name} {case.name} {dtype_name}: {', '.join(tok_s)} tok/s")
+                    if twin is None:
+                        measured = [(label, seconds)]
+                    else:  # a row per mode, each comparing the two models in it
+                        measured = [
+                            (label | {"mode": mode}, {m: seconds[m + suffix] for m in ("neobert", "modernbert")})
+                            for mode, suffix in (("eager", ""), ("compiled", " compiled"))[: 1 + compiled]
+                        ]  # fmt: skip
+                    for row_label, timed in measured:
+                        rows.append(_measured(row_label, case, model, twin, ids, mask, timed, peak))
+                        rates = [f"{path} {rows[-1][f'{path} tok/s']:,.0f}" for path in timed]
+                        progress(f"{' '.join(map(str, row_label.values()))}: {', '.join(rates)} tok/s")
         del model, twin
     described = dict(
         repeats=settings.repeats,
@@ -233,11 +264,23 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
         device=_device_name(device),
         compare=settings.compare,
         compiled=compiled,
+        compiled_pair=compiled_pair(settings, device, compiled),
     )
     described_peaks = {
         dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()
     }
     return write_report(_report(rows, attention, described_peaks, **described), settings.out)
+
+
+def compiled_pair(settings: EncodeBench, device: str, compiled: bool) -> str | None:
+    """With --compare: whether the compiled pair was timed beside the eager one, or why not."""
+    if settings.compare is None:
+        return None
+    if compiled:
+        return "timed beside the eager pair"
+    if settings.compile is False:
+        return "not timed (--no-compile)"
+    return f"not timed on {device}: compilation is on by default on CUDA only (--compile times it here)"
 
 
 def _measured(label: dict[str, str], case: Case, model, twin, ids, mask, seconds: dict, peak: float) -> Row:
@@ -277,6 +320,11 @@ def _share_of_peak(row: Row, device: str) -> str:
     return share
 
 
+def _case(row: Row) -> str:
+    """The row's config, case, dtype and (comparing with ModernBERT) mode, as a verdict names it."""
+    return " ".join(str(row[key]) for key in ("config", "case", "dtype", "mode") if key in row.label)
+
+
 def _report(rows: list[Row], attention: dict[str, str], peaks: dict[str, str], **settings) -> Report:
     verdicts = [
         f"{r['config']}: mixed-length fp32 unpadded/padded = {r['speedup']:.2f}x "
@@ -286,12 +334,10 @@ def _report(rows: list[Row], attention: dict[str, str], peaks: dict[str, str], *
         if r.get("speedup") and r["case"].startswith("mixed") and r["dtype"] == "fp32"
     ]
     verdicts += [
-        f"full {r['case']} {r['dtype']}: {_share_of_peak(r, settings['device'])}"
-        for r in rows
-        if r["config"] == "full"
+        f"{_case(r)}: {_share_of_peak(r, settings['device'])}" for r in rows if r["config"] == "full"
     ]
     verdicts += [
-        f"{r['config']} {r['case']} {r['dtype']}: NeoBERT ({r['neobert path']}) / ModernBERT = "
+        f"{_case(r)}: NeoBERT ({r['neobert path']}) / ModernBERT = "
         f"{r['neobert/modernbert']:.2f}x (the paper reports {TARGET_VS_MODERNBERT}x at 4096 tokens on GPU)"
         for r in rows
         if r.get("neobert/modernbert") and (r["case"] == "fixed 4096" or r["case"].startswith("mixed"))
