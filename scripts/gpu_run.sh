@@ -9,7 +9,8 @@
 # stage in its own process under a 9-minute limit, kept when it passed before (a second window goes on where
 # the first stopped). Results stay in $RESULTS (runs/bench/gpu) and go packed to OUT_DIR/gpu-results.tar.gz,
 # with gpu.md and gpu.json beside it. Set BUDGET_S to the seconds the command may take (default 540), STAGES
-# to run only some (comma-separated names), WORDNET_BUILD to a carried `build-data` output for contrastive.
+# to run only some (comma-separated names, or a named set: fast-by-default, issue 41's, about 7 minutes),
+# WORDNET_BUILD to a carried `build-data` output for contrastive.
 set -uo pipefail
 OUT_DIR=${1:?usage: scripts/gpu_run.sh OUT_DIR}
 RESULTS=${RESULTS:-runs/bench/gpu}

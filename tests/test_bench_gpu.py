@@ -31,9 +31,28 @@ def test_both_modes_plan_the_same_stages_and_the_cuda_one_measures_the_issue_set
     contrastive = by_name["contrastive"].command
     assert contrastive[contrastive.index("--loss.gather") + 1] == "false"
     assert all("cuda" in s.command for s in cuda if s.command[:3] == ("neoembed", "bench", "encode"))
+    # the benches that take a device name the CPU (serve's and the trainers' follow the machine)
     assert all(
-        "cpu" in s.command for s in dry if s.command[:2] == ("neoembed", "bench") and "serve" not in s.command
+        "cpu" in s.command
+        for s in dry
+        if s.command[:2] == ("neoembed", "bench") and not {"serve", "contrastive"} & set(s.command)
     )
+
+
+def test_the_fast_by_default_set_runs_what_its_contrastive_speed_stage_needs_first(tmp_path):
+    names = gpu_stages.selected_stages(("fast-by-default", "deepspeed"))
+    assert {"pretrain", "wordnet-build", "contrastive-speed", "encode-modernbert", "deepspeed"} <= names
+    planned = [s for s in gpu_stages.plan(False, tmp_path, None) if s.name in names]
+    order = [s.name for s in planned]
+    assert order.index("pretrain") < order.index("contrastive-speed") > order.index("wordnet-build")
+    speed = next(s for s in planned if s.name == "contrastive-speed")
+    # the pretrained 250M model on the WordNet build, both trainers at the issue's global batch through GradCache
+    assert set(speed.needs_files) == {
+        tmp_path / "wordnet-build" / "stats.json",
+        tmp_path / "pretrain" / "run" / "final",
+    }
+    command = speed.command
+    assert command[command.index("--batch-size") + 1] == "4096" and "--mini-batch-size" in command
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 import yaml
 
-from neoembed.bench.gpu_stages import Sizes, Stage, corpus_path, plan, sizes_for
+from neoembed.bench.gpu_stages import Sizes, Stage, corpus_path, plan, selected_stages, sizes_for
 from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import GpuBench
 from neoembed.extras import install_hint
@@ -163,9 +163,10 @@ def run(settings: GpuBench, progress=print) -> WrittenReport:
     if not corpus_path(root).is_file():
         write_corpus(corpus_path(root), sizes.corpus_documents, sizes.corpus_max_words)
     deadline = time.monotonic() + settings.budget_s
+    wanted = selected_stages(settings.stages)
     results = []
     for stage in plan(settings.dry_run, root, settings.wordnet_build):
-        if settings.stages and stage.name not in settings.stages:
+        if wanted and stage.name not in wanted:
             continue
         done = stage.out / STAGE_FILE
         if done.is_file() and StageResult.read(done).status == "passed":

@@ -55,9 +55,17 @@ class Results:
         return (self._json("gpu.json") or {}).get("stages", [])
 
 
-def _row(report: dict[str, Any] | None, case: str) -> dict[str, Any] | None:
+def _row(report: dict[str, Any] | None, case: str, mode: str = "eager") -> dict[str, Any] | None:
+    """The first row of `case`, in `mode` where rows have one (results before the compiled arms: eager)."""
     rows = (report or {}).get("rows", [])
-    return next((row for row in rows if str(row.get("case", "")).startswith(case)), None)
+    return next(
+        (
+            row
+            for row in rows
+            if str(row.get("case", "")).startswith(case) and row.get("mode", "eager") == mode
+        ),
+        None,
+    )
 
 
 def training_mfu(results: Results) -> Verdict:
@@ -82,19 +90,42 @@ def mixed_speedup(results: Results) -> Verdict:
     return Verdict(target, goal, measured, row["speedup"] >= 2.0)
 
 
-def modernbert_mfu(results: Results) -> Verdict:
-    length = results.sizes["long_length"]
-    goal = "NeoBERT's MFU >= ModernBERT-base's"
-    target = f"forward at {length} tokens vs ModernBERT-base"
-    row = _row(results.report("encode-modernbert", "encode"), f"fixed {length}")
-    if row is None:
-        return Verdict(target, goal, "not recorded", None)
-    ours = f"NeoBERT {row['neobert tok/s']:,.0f} tokens/s (MFU {Mfu(row['of peak'], 1.0).text()})"
-    if "modernbert of peak" not in row:  # results of a bench encode that did not count ModernBERT's FLOPs
-        theirs = f"ModernBERT {row['modernbert tok/s']:,.0f} tokens/s (its MFU not recorded)"
-        return Verdict(target, goal, f"{ours}, {theirs}", None)
-    theirs = f"ModernBERT {row['modernbert tok/s']:,.0f} tokens/s (MFU {Mfu(row['modernbert of peak'], 1.0).text()})"
-    return Verdict(target, goal, f"{ours}, {theirs}", row["of peak"] >= row["modernbert of peak"])
+def modernbert_mfu(mode: str) -> Callable[[Results], Verdict]:
+    """NeoBERT's forward MFU against ModernBERT-base's, both eager or both compiled (`mode`)."""
+
+    def verdict(results: Results) -> Verdict:
+        length = results.sizes["long_length"]
+        goal = "NeoBERT's MFU >= ModernBERT-base's"
+        target = f"forward at {length} tokens vs ModernBERT-base, both {mode}"
+        row = _row(results.report("encode-modernbert", "encode"), f"fixed {length}", mode)
+        if row is None:
+            return Verdict(target, goal, "not recorded", None)
+        ours = f"NeoBERT {row['neobert tok/s']:,.0f} tokens/s (MFU {Mfu(row['of peak'], 1.0).text()})"
+        if "modernbert of peak" not in row:  # results of a bench encode that did not count ModernBERT's FLOPs
+            theirs = f"ModernBERT {row['modernbert tok/s']:,.0f} tokens/s (its MFU not recorded)"
+            return Verdict(target, goal, f"{ours}, {theirs}", None)
+        theirs_mfu = Mfu(row["modernbert of peak"], 1.0).text()
+        theirs = f"ModernBERT {row['modernbert tok/s']:,.0f} tokens/s (MFU {theirs_mfu})"
+        return Verdict(target, goal, f"{ours}, {theirs}", row["of peak"] >= row["modernbert of peak"])
+
+    return verdict
+
+
+def contrastive_speed(results: Results) -> Verdict:
+    target = "neoembed contrastive vs ST CachedMultipleNegativesRankingLoss, 250M NeoBERT, GradCache"
+    report = results.report("contrastive-speed", "contrastive-speed")
+    if report is None:
+        return Verdict(target, "pairs/s above the library's, peak memory no higher", "not recorded", None)
+    goal = f"pairs/s >= {report['target_ratio']}x the library's, peak memory no higher"
+    precision, ratio = next(iter(report["ratios"].items()))
+    ours, theirs = (report["arms"][precision][arm] for arm in ("neoembed", "st"))
+    measured = (
+        f"{ratio['pairs_per_s']:.2f}x pairs/s, peak memory {ratio['peak_memory']:.2f}x "
+        f"({ours['peak bytes'] / 2**30:.2f} vs {theirs['peak bytes'] / 2**30:.2f} GiB); global batch "
+        f"{ours['global batch']}, mini-batch {ours['mini-batch']}, {precision}"
+    )
+    met = ratio["pairs_per_s"] >= report["target_ratio"] and ratio["peak_memory"] <= 1.0
+    return Verdict(target, goal, measured, met)
 
 
 def forward_rate(results: Results) -> Verdict:
@@ -147,10 +178,12 @@ def stage_passed(name: str, target: str, goal: str = "passes") -> Callable[[Resu
 TARGETS = (
     training_mfu,
     mixed_speedup,
-    modernbert_mfu,
+    modernbert_mfu("eager"),
+    modernbert_mfu("compiled"),
     forward_rate,
     serve_ratio,
     openai_ratio,
+    contrastive_speed,
     stage_passed("gpu-tests", "gpu-marked tests"),
     stage_passed("deepspeed", "DeepSpeed ZeRO-2, one GPU, a few steps"),
     stage_passed("contrastive", "neoembed contrastive, 250M NeoBERT, WordNet build"),
@@ -173,11 +206,13 @@ scripts/gpu_run.sh "$OUT"   # venv over the system packages, wheels --no-deps, t
 ```
 
 Each stage runs in its own process for at most 9 minutes and is kept when it passed before, so a second
-window goes on where the first stopped. Everything lands in `runs/bench/gpu/` (and, packed, in `$OUT`): per
-stage a folder with `stage.json` and the bench's own JSON and Markdown, `environment.json` (GPU, torch, CUDA,
-kernels) and `gpu.json`/`gpu.md`. Commit the JSON under `docs/benchmarks/gpu/` and rebuild this page with
-`neoembed bench gpu-docs docs/benchmarks/gpu`. `neoembed bench gpu --dry-run` runs every stage at tiny sizes
-on the CPU and writes the same files.
+window goes on where the first stopped. `STAGES=fast-by-default` runs issue 41's set (compiled training and
+forward, ModernBERT compiled beside compiled, serve, contrastive against sentence-transformers' cached loss;
+about 7 minutes, estimated in `neoembed/bench/gpu_stages.py`). Everything lands in `runs/bench/gpu/` (and,
+packed, in `$OUT`): per stage a folder with `stage.json` and the bench's own JSON and Markdown,
+`environment.json` (GPU, torch, CUDA, kernels) and `gpu.json`/`gpu.md`. Commit the JSON under
+`docs/benchmarks/gpu/` and rebuild this page with `neoembed bench gpu-docs docs/benchmarks/gpu`.
+`neoembed bench gpu --dry-run` runs every stage at tiny sizes on the CPU and writes the same files.
 
 MFU counts the model FLOPs of real tokens (`neoembed/pretrain/neobert/flops.py`) against the GPU's dense bf16
 peak from the table there by device name (H100 SXM 989 TFLOP/s, H100 NVL 835, H100 PCIe 756, H200 989); on a

@@ -51,6 +51,7 @@ class Sizes:
     deepspeed_steps: int
     wordnet_rows: int  # rows of the WordNet build the contrastive stage trains on
     contrastive: tuple[str, ...]  # overrides of the contrastive stage
+    contrastive_speed: tuple[str, ...]  # `bench contrastive --speed` options
     serve: tuple[str, ...]
     openai: tuple[str, ...]
     gpu_tests: tuple[str, ...]  # test files whose gpu-marked tests run
@@ -77,6 +78,8 @@ CUDA = Sizes(
     deepspeed_steps=20,
     wordnet_rows=50_000,
     contrastive=contrastive_overrides(max_steps="100", batch_size="32", max_length="256"),
+    contrastive_speed=("--recipe", "contrastive-neobert", "--batch-size", "4096", "--mini-batch-size", "512",
+                       "--warmup-steps", "2", "--steps", "5", "--precisions", "bf16", "--threads", "4"),
     serve=("--models", "neobert", "--backends", "torch-fp32,torch-bf16", "--texts", "8192", "--clients", "32"),
     openai=("--backend", "torch-bf16", "--device", "cuda", "--texts", "8192", "--clients", "32"),
     gpu_tests=("tests/test_neobert_model.py", "tests/test_neobert_backends.py"),
@@ -103,6 +106,9 @@ DRY_RUN = Sizes(
     deepspeed_steps=2,
     wordnet_rows=200,
     contrastive=contrastive_overrides(max_steps="2", batch_size="4", max_length="32"),
+    contrastive_speed=("--recipe", "contrastive-neobert", "--batch-size", "8", "--mini-batch-size", "4",
+                       "--warmup-steps", "1", "--steps", "1", "--precisions", "fp32", "--threads", "2",
+                       "--set", "model.max_length=32"),
     serve=("--models", "neobert", "--texts", "32", "--clients", "2", "--repeats", "1",
            "--health-requests", "8"),
     openai=("--device", "cpu", "--texts", "32", "--clients", "2"),
@@ -139,9 +145,36 @@ ORDER = (
     "deepspeed",
     "wordnet-build",
     "contrastive",
+    "contrastive-speed",
     "bench-pretrain-long",
     "bench-pretrain-compiled",
 )
+
+# Named sets of stages (`bench gpu --stages NAME`), each sized to a window of device time.
+SETS = {
+    # Issue 41, "fast by default": compiled training MFU (train.compile auto), the compiled-by-default
+    # forward, ModernBERT eager beside eager and compiled beside compiled, serve against encode at its best
+    # batch, and contrastive pairs/s against the library's cached loss. Estimated 7 minutes on an H100/H200
+    # from the stage times of docs/benchmarks/gpu (2026-11-26, H200): pretrain 73 s eager, about 65 s compiled
+    # (the same steps at the compiled 240k tokens/s instead of 132k, plus compilation); encode 19 s eager,
+    # about 40 s with its compilation (3.5 s a shape and path); encode-modernbert 32 s eager, up to 160 s with
+    # ModernBERT's whole-model compilation (20-42 s per new shape, 3 shapes); serve 65 s; wordnet-build 10 s;
+    # contrastive-speed about 80 s (two processes, each loading the 250M model and the build, 7 steps of 4096
+    # pairs). Needs pretrain and wordnet-build before contrastive-speed, which ORDER gives.
+    "fast-by-default": (
+        "pretrain",
+        "encode",
+        "encode-modernbert",
+        "serve",
+        "wordnet-build",
+        "contrastive-speed",
+    ),
+}
+
+
+def selected_stages(names: tuple[str, ...]) -> set[str]:
+    """The stage names `--stages` asks for, each set name (SETS) standing for its stages."""
+    return {stage for name in names for stage in SETS.get(name, (name,))}
 
 
 def sizes_for(dry_run: bool) -> Sizes:
@@ -179,6 +212,7 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
     tests = root / "gpu-tests"
     build = wordnet_build or root / "wordnet-build"
     contrastive = root / "contrastive"
+    pretrained = root / "pretrain" / "run" / "final"  # the pretrain stage's model, for the contrastive stages
     serve = root / "serve"
     stages = [
         Stage(
@@ -233,14 +267,22 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
                 override_args(
                     ContrastiveSettings,
                     (lambda r: r.data.path, str(build)),
-                    (lambda r: r.model.base, str(root / "pretrain" / "run" / "final")),
+                    (lambda r: r.model.base, str(pretrained)),
                     (lambda r: r.loss.gather, "false"),
                     (lambda r: r.eval.sets, "[wordnet]"),
                     (lambda r: r.train.output_dir, str(contrastive / "run")),
                 )
             )
             + s.contrastive,
-            needs_files=(build / "stats.json", root / "pretrain" / "run" / "final"),
+            needs_files=(build / "stats.json", pretrained),
+        ),
+        Stage(
+            "contrastive-speed",
+            "neoembed contrastive vs sentence-transformers' cached loss: pairs/s and peak memory (GradCache)",
+            root / "contrastive-speed",
+            ("neoembed", "bench", "contrastive", "--speed", "--data", str(build), "--model", str(pretrained))
+            + (*s.contrastive_speed, "--out", str(root / "contrastive-speed")),
+            needs_files=(build / "stats.json", pretrained),
         ),
         Stage(
             "serve",

@@ -306,7 +306,7 @@ class GpuBench(BenchSettings):
     dry_run: bool = False
     """The same stages at tiny sizes on the CPU (checks the runner and the JSON where there is no GPU)."""
     stages: comma_separated(tuple[str, ...]) = ()
-    """Only these stages (default: all; names as in gpu.md)."""
+    """Only these stages (default: all; names as in gpu.md), or a named set of them (fast-by-default)."""
     stage_timeout_s: float = Field(540.0, gt=0)
     """Seconds a stage may run before its processes are killed."""
     budget_s: float = Field(3600.0, gt=0)
