@@ -143,10 +143,8 @@ def speed_fields(bench: ContrastiveBench, source: str, total_steps: int) -> dict
         (lambda r: r.train.batch_size, bench.batch_size),
         (lambda r: r.train.grad_accum, 1),
         (lambda r: r.train.log_steps, total_steps),
-        (
-            lambda r: r.train.save_steps,
-            2 * total_steps,
-        ),  # past the last step (the Trainer still saves at its end)
+        # past the last step: no checkpoint between timed steps (the Trainer still saves once at its end)
+        (lambda r: r.train.save_steps, 2 * total_steps),
         (lambda r: r.eval.sets, []),
         (lambda r: r.export.base_weight, 0.0),
     )
