@@ -153,14 +153,16 @@ ORDER = (
 # Named sets of stages (`bench gpu --stages NAME`), each sized to a window of device time.
 SETS = {
     # Issue 41, "fast by default": compiled training MFU (train.compile auto), the compiled-by-default
-    # forward, ModernBERT eager beside eager and compiled beside compiled, serve against encode at its best
-    # batch, and contrastive pairs/s against the library's cached loss. Estimated 7 minutes on an H100/H200
-    # from the stage times of docs/benchmarks/gpu (2026-11-26, H200): pretrain 73 s eager, about 65 s compiled
-    # (the same steps at the compiled 240k tokens/s instead of 132k, plus compilation); encode 19 s eager,
-    # about 40 s with its compilation (3.5 s a shape and path); encode-modernbert 32 s eager, up to 160 s with
-    # ModernBERT's whole-model compilation (20-42 s per new shape, 3 shapes); serve 65 s; wordnet-build 10 s;
-    # contrastive-speed about 80 s (two processes, each loading the 250M model and the build, 7 steps of 4096
-    # pairs). Needs pretrain and wordnet-build before contrastive-speed, which ORDER gives.
+    # forward, ModernBERT eager beside eager and compiled beside compiled, serve against encode at its
+    # best batch, and contrastive pairs/s against the library's cached loss. About 7 minutes on an
+    # H100/H200, estimated from the stage times of docs/benchmarks/gpu (2026-11-26, H200) and the compile
+    # times measured there: pretrain 73 s eager, about 65 s compiled (its steps at 240k tokens/s instead
+    # of 132k, plus compilation); encode 19 s eager, about 40 s with compilation in its warm-up (3.5 s a
+    # graph); encode-modernbert 32 s eager, up to 135 s with the compiled pair (ModernBERT's whole-model
+    # compilation 20-42 s a graph, two warm-up batches); serve 65 s, about 85 s with compiled servers;
+    # wordnet-build 10 s; contrastive-speed about 80 s (two processes, each loading the 250M model and
+    # the build, 7 steps of 4096 pairs at about 1 s of GPU work each). 410 s of stages, plus the
+    # script's setup. ORDER runs pretrain and wordnet-build before contrastive-speed, which needs them.
     "fast-by-default": (
         "pretrain",
         "encode",
