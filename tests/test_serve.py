@@ -473,3 +473,14 @@ def test_the_bench_load_generator_gets_every_response_and_fails_on_an_error(url)
     empty = load.post("127.0.0.1", port, "/v1/embeddings", {"input": "", "model": "m"})
     with pytest.raises(RuntimeError, match="400"):
         asyncio.run(load.drive("127.0.0.1", port, [empty], clients=1))
+
+
+def test_the_bench_openai_round_gets_every_answer_over_processes_and_fails_on_an_error(url):
+    from neoembed.bench import load
+
+    port = int(url.rsplit(":", 1)[1])
+    requests = [[f"text number {i}", f"and {i} more"] for i in range(6)]
+    wall, latencies = load.openai_round(port, "m", requests, clients=4, processes=2)
+    assert len(latencies) == 6 and wall >= max(latencies) > 0
+    with pytest.raises(RuntimeError, match="an openai client failed: BadRequestError"):
+        load.openai_round(port, "m", [[""]], clients=1, processes=1)
