@@ -18,11 +18,12 @@ from starlette.concurrency import run_in_threadpool
 from neoembed.errors import InputError
 from neoembed.serve.backend import BackendGone, SupervisedProcess, WorkerRestarted
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
+from neoembed.serve.budget import default_budget, filled_batch
 from neoembed.serve.errors import APIError
 from neoembed.serve.inputs import Inputs
 from neoembed.serve.metrics import Metrics
 from neoembed.serve.search import ServedIndex
-from neoembed.serve.settings import DEFAULT_BATCH_TOKENS, ServeSettings
+from neoembed.serve.settings import ServeSettings
 from neoembed.serve.tokenization import Prepared, RequestTokenizer
 from neoembed.serve.worker import ModelInfo
 
@@ -115,8 +116,7 @@ def build_state(settings: ServeSettings) -> ServerState:
     backend = SupervisedProcess(settings, fingerprint=settings.index is not None)
     try:
         model = backend.info
-        default = DEFAULT_BATCH_TOKENS["cpu" if model.device == "cpu" else "cuda"]
-        budget = settings.max_batch_tokens or max(default, model.max_length)
+        budget = settings.max_batch_tokens or default_budget(backend.embed, model)
         if budget < model.max_length:
             raise InputError(
                 f"--max-batch-tokens ({budget}) must be at least the max input length ({model.max_length} "
@@ -147,7 +147,4 @@ def build_state(settings: ServeSettings) -> ServerState:
 def full_batch(model: ModelInfo, budget: int) -> list[list[int]]:
     """A batch that fills the token budget with full-length inputs of one repeated word, framed as the
     tokenizer frames a text: what `SupervisedProcess.calibrate` times."""
-    length = min(model.max_length, budget)
-    framed = model.tokenizer("word")["input_ids"]  # [CLS] word [SEP] for BERT's vocabulary
-    ids = framed[:1] + framed[1:-1] * (length - 2) + framed[-1:]
-    return [ids] * max(1, budget // length)
+    return filled_batch(model, budget, min(model.max_length, budget))
