@@ -118,6 +118,23 @@ def test_base64_is_little_endian_float32(url, model):
     )
 
 
+def test_float_and_base64_answers_carry_the_same_float32_values(url):
+    body = {"input": TEXTS, "model": "m"}
+    floats = httpx.post(f"{url}/v1/embeddings", json={**body, "encoding_format": "float"}).json()["data"]
+    encoded = httpx.post(f"{url}/v1/embeddings", json={**body, "encoding_format": "base64"}).json()["data"]
+    rows = httpx.post(f"{url}/embed", json={"inputs": TEXTS}).json()
+    want = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in encoded])
+    np.testing.assert_array_equal(np.array([d["embedding"] for d in floats], dtype=np.float32), want)
+    np.testing.assert_array_equal(np.array(rows, dtype=np.float32), want)
+
+
+def test_float_bodies_are_valid_json_that_reads_back_as_the_same_float32():
+    from neoembed.serve.responses import rows_body
+
+    vectors = np.array([[1e-8, -0.0, 1.0, 3e38, 0.1, -1.17549435e-38]], dtype="<f4")
+    np.testing.assert_array_equal(np.array(json.loads(rows_body(vectors)), dtype=np.float32), vectors)
+
+
 def test_dimensions_truncate_and_renormalise(url, model):
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
     response = client.embeddings.create(input=TEXTS, model="m", dimensions=64)
