@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 
 from neoembed.extras import require
@@ -90,7 +91,7 @@ def openai_round(
 
     Several processes, because the client's own Python work (request building, pydantic models, decoding) runs
     under one interpreter lock per process: on an H200, 32 client threads in one process got 4.7k texts/s
-    where raw HTTP clients got 11.5k from the same server. Each process imports openai and sends one request
+    where raw HTTP clients got 11.1k from a server of the same settings. Each process imports openai and sends one request
     per thread before a barrier; the clock runs from the barrier to the last answer.
     """
     require("openai")
@@ -126,7 +127,7 @@ def openai_round(
 
 
 def _openai_share(
-    port: int, model: str, requests: list[list[str]], threads: int, barrier: Barrier, answers
+    port: int, model: str, requests: list[list[str]], threads: int, barrier: Barrier, answers: Queue
 ) -> None:
     """One process's part of `openai_round`: its latencies, or the error's text, into `answers`."""
     import openai
