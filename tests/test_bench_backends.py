@@ -64,10 +64,12 @@ def test_bench_serve_backends_serves_each_backend_and_checks_what_it_serves(tmp_
     assert figures["onnx-fp32"]["vs_fp32_server"] > 0
     for backend in figures.values():
         assert backend["worst cosine"] > 0.9999 and backend["health_probes"] > 0
+        assert backend["best_batch"] == 32 and backend["openai_ratio"] > 0  # through the official client
         # the fault round: 2 deaths and a hang, each followed by a new process answering ready
         faults = backend["faults"]
         assert len(faults["restart_s"]) == 2 and 0 < faults["hang_unready_s"] < faults["hang_ready_s"]
     assert "best backend" in result.output and "killed -> ready in at most" in result.output
+    assert "through the openai client / encode at its best batch (32)" in result.output
 
 
 def test_bench_serve_says_when_no_backend_can_run_here(tmp_path):

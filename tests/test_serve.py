@@ -118,6 +118,23 @@ def test_base64_is_little_endian_float32(url, model):
     )
 
 
+def test_float_and_base64_answers_carry_the_same_float32_values(url):
+    body = {"input": TEXTS, "model": "m"}
+    floats = httpx.post(f"{url}/v1/embeddings", json={**body, "encoding_format": "float"}).json()["data"]
+    encoded = httpx.post(f"{url}/v1/embeddings", json={**body, "encoding_format": "base64"}).json()["data"]
+    rows = httpx.post(f"{url}/embed", json={"inputs": TEXTS}).json()
+    want = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in encoded])
+    np.testing.assert_array_equal(np.array([d["embedding"] for d in floats], dtype=np.float32), want)
+    np.testing.assert_array_equal(np.array(rows, dtype=np.float32), want)
+
+
+def test_float_bodies_are_valid_json_that_reads_back_as_the_same_float32():
+    from neoembed.serve.responses import rows_body
+
+    vectors = np.array([[1e-8, -0.0, 1.0, 3e38, 0.1, -1.17549435e-38]], dtype="<f4")
+    np.testing.assert_array_equal(np.array(json.loads(rows_body(vectors)), dtype=np.float32), vectors)
+
+
 def test_dimensions_truncate_and_renormalise(url, model):
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
     response = client.embeddings.create(input=TEXTS, model="m", dimensions=64)
@@ -473,3 +490,14 @@ def test_the_bench_load_generator_gets_every_response_and_fails_on_an_error(url)
     empty = load.post("127.0.0.1", port, "/v1/embeddings", {"input": "", "model": "m"})
     with pytest.raises(RuntimeError, match="400"):
         asyncio.run(load.drive("127.0.0.1", port, [empty], clients=1))
+
+
+def test_the_bench_openai_round_gets_every_answer_over_processes_and_fails_on_an_error(url):
+    from neoembed.bench import load
+
+    port = int(url.rsplit(":", 1)[1])
+    requests = [[f"text number {i}", f"and {i} more"] for i in range(6)]
+    wall, latencies = load.openai_round(port, "m", requests, clients=4, processes=2)
+    assert len(latencies) == 6 and wall >= max(latencies) > 0
+    with pytest.raises(RuntimeError, match="an openai client failed: BadRequestError"):
+        load.openai_round(port, "m", [[""]], clients=1, processes=1)

@@ -1,6 +1,7 @@
 """The server under load, for MiniLM and for a NeoBERT export: every request answered correctly and
-/health answering all along; and /health answering while the inference process is stopped mid-batch, so it
-never waits behind inference, whatever the machine's speed (no test here asserts a latency).
+/health answering all along; and /health answering while a request is being tokenized and while the inference
+process is stopped mid-batch, so it never waits behind tokenization or inference, whatever the machine's speed
+(no test here asserts a latency).
 
 The NeoBERT is the quickstart's size (4 x 128): its forward pass is mostly Python dispatching small tensor
 ops, the load under which health once starved while the model ran in the server's own process. Served in
@@ -153,3 +154,33 @@ def test_health_answers_while_the_inference_process_is_stopped_mid_batch(minilm_
             os.kill(worker, signal.SIGCONT)
     assert answer.status_code == 200
     assert np.allclose(np.asarray(answer.json(), dtype=np.float32), expected, atol=1e-5)
+
+
+def test_health_answers_while_a_large_request_is_being_tokenized(minilm_path):
+    """The ordering, not a latency: tokenization is held open (the real tokenizer runs once released) while
+    /health is asked; a server tokenizing on its event loop could not answer until it was released."""
+    texts = [f"a sentence about rivers and rain, number {i}" for i in range(512)]
+    app = create_app(ServeSettings(model=str(minilm_path), threads=1, dtype="float32"))
+    tokenizer = app.state.server.tokenizer
+    entered, release = threading.Event(), threading.Event()
+    prepare = tokenizer.prepare
+
+    def held_prepare(*args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return prepare(*args, **kwargs)
+
+    tokenizer.prepare = held_prepare
+    with serve_in_thread(app) as url, ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            httpx.post, f"{url}/v1/embeddings", json={"input": texts, "model": "m"}, timeout=300
+        )
+        assert entered.wait(60), "the request reached tokenization"
+        try:
+            health = httpx.get(f"{url}/health", timeout=30)  # a loop held by tokenization would time out
+            assert not pending.done(), "the request was still being tokenized when /health answered"
+        finally:
+            release.set()
+        answer = pending.result()
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert answer.status_code == 200 and len(answer.json()["data"]) == len(texts)

@@ -152,7 +152,21 @@ def serve_ratio(results: Results) -> Verdict:
 
 
 def openai_ratio(results: Results) -> Verdict:
+    """The serve stage's openai client round against encode at its best batch (its best backend), else, for
+    runs before that round existed, the serve-openai stage's (encode at batch 32)."""
     target, goal = "neoembed serve answering the openai client", ">= 0.9x direct encode's throughput"
+    serve = results.report("serve", "serve") or {}
+    rounds = [
+        (name, b)
+        for r in serve.get("results", [])
+        for name, b in r["backends"].items()
+        if "openai_ratio" in b
+    ]
+    if rounds:
+        name, best = max(rounds, key=lambda round_: round_[1]["openai_ratio"])
+        measured = (f"{best['openai_ratio']:.2f}x encode at its best batch ({best['best_batch']}), "
+                    f"p95 {best['openai_p95_ms']:,.0f} ms ({name})")  # fmt: skip
+        return Verdict(target, goal, measured, best["openai_ratio"] >= 0.9)
     report = results.report("serve-openai", "openai")
     if report is None:
         return Verdict(target, goal, "not recorded", None)

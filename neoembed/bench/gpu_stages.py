@@ -80,7 +80,8 @@ CUDA = Sizes(
     contrastive=contrastive_overrides(max_steps="100", batch_size="32", max_length="256"),
     contrastive_speed=("--recipe", "contrastive-neobert", "--batch-size", "4096", "--mini-batch-size", "512",
                        "--warmup-steps", "2", "--steps", "5", "--precisions", "bf16", "--threads", "4"),
-    serve=("--models", "neobert", "--backends", "torch-fp32,torch-bf16", "--texts", "8192", "--clients", "32"),
+    serve=("--models", "neobert", "--backends", "torch-fp32,torch-bf16", "--texts", "8192", "--clients", "32",
+           "--direct-batch-sizes", "32,64,128,256,512,1024,2048", "--openai-processes", "4"),
     openai=("--backend", "torch-bf16", "--device", "cuda", "--texts", "8192", "--clients", "32"),
     gpu_tests=("tests/test_neobert_model.py", "tests/test_neobert_backends.py"),
 )

@@ -2,42 +2,18 @@
 under load, against direct `model.encode` at the same batch size.
 
 `bench serve` drives the server with a light raw-HTTP load generator sending what the openai client sends;
-this bench sends it through the client itself (`OpenAI(base_url=...).embeddings.create`, base64 vectors
-decoded by the client), from `clients` threads with one client each, so what a user's code sees is measured:
-texts/s, latency percentiles, and every response checked for one vector per text.
+this bench sends it through the client itself (`load.openai_round`: `OpenAI(base_url=...).embeddings.create`,
+base64 vectors decoded by the client, from `clients` threads with one client each, over `processes`
+processes), so what a user's code sees is measured: texts/s, latency percentiles, and every response checked
+for one vector per text. `bench serve` now has this round too, against encode at its best batch size.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-
+from neoembed.bench.load import client_processes, openai_round
 from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, percentile_ms, timed, write_report
 from neoembed.bench.serve import resolve_model, server_arguments, start_server, stop_server
 from neoembed.bench.settings import OpenaiBench, resolve_device
-from neoembed.extras import require
-
-
-def client_round(port: int, model: str, requests: list[list[str]], clients: int) -> tuple[float, list[float]]:
-    """(seconds, per-request latencies) of `requests` sent by `clients` threads, one openai client each."""
-    openai = require("openai")
-    local = threading.local()
-    latencies: list[float] = []
-
-    def send(texts: list[str]) -> None:
-        if not hasattr(local, "client"):
-            local.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
-        start = time.perf_counter()
-        response = local.client.embeddings.create(model=model, input=texts)
-        latencies.append(time.perf_counter() - start)
-        if len(response.data) != len(texts):
-            raise RuntimeError(f"{len(texts)} texts sent, {len(response.data)} vectors back")
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(send, requests))
-    return time.perf_counter() - start, latencies
 
 
 def run(settings: OpenaiBench) -> WrittenReport:
@@ -62,8 +38,8 @@ def run(settings: OpenaiBench) -> WrittenReport:
     arguments = server_arguments(settings.backend, model, None, device)
     process, port = start_server(arguments, settings.threads, settings.out / "server.log")
     try:
-        client_round(port, model, requests[: settings.clients], settings.clients)  # warm-up
-        seconds, latencies = client_round(port, model, requests, settings.clients)
+        processes = settings.processes or client_processes()
+        seconds, latencies = openai_round(port, model, requests, settings.clients, processes)
     finally:
         stop_server(process)
     ratio = direct / seconds

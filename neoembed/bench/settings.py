@@ -176,14 +176,16 @@ class ServeBench(BenchSettings):
     """Texts in each client request."""
     clients: int = Field(16, ge=1)
     """Concurrent clients."""
+    openai_processes: int | None = Field(None, ge=1)
+    """Processes the openai clients are spread over (default: a quarter of the cores, at least 1)."""
     repeats: int = Field(2, ge=1)
     """Rounds per side, alternated; the best is kept."""
     threads: int = Field(2, ge=1)
     """torch CPU threads, in the server and for direct encode."""
     direct_batch_sizes: comma_separated(tuple[Annotated[int, Field(ge=1)], ...]) = Field(
-        (32, 256), min_length=1
+        (32, 64, 128, 256, 512, 1024), min_length=1
     )
-    """encode batch sizes to time; the first (32, encode's default) is the ratio's baseline."""
+    """encode batch sizes to time; the fastest is the ratios' baseline."""
     health_requests: int = Field(600, ge=1)
     """Requests of the health round, in which one more client polls /health every 20 ms."""
     health_clients: int = Field(24, ge=1)
@@ -328,6 +330,8 @@ class OpenaiBench(BenchSettings):
     """Texts in each request."""
     clients: int = Field(16, ge=1)
     """Threads, each with its own openai client."""
+    processes: int | None = Field(None, ge=1)
+    """Processes the client threads are spread over (default: a quarter of the cores, at least 1)."""
     batch_size: int = Field(32, ge=1)
     """Direct encode's batch size (the ratio's baseline)."""
     threads: int = Field(2, ge=1)

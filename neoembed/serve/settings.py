@@ -13,11 +13,11 @@ from neoembed.recipes import StrictSettings
 
 # OpenAI's limit on the number of inputs in one embeddings request.
 OPENAI_MAX_INPUTS = 2048
-# Token budget of one batch when the flag is not given. On CPU, 1024 padded tokens: measured on 2 cores over
-# 512 WordNet glosses, the inference process embedded 1.14x as fast as encode(batch_size=32) for MiniLM with
-# 1024, 0.98x with 2048 and 0.74x with 4096 (activations of larger batches leave the caches); a small NeoBERT
-# ran 1.45x with 1024 or 2048, 1.21x with 4096. A GPU keeps the larger batches it needs to be kept busy.
-DEFAULT_BATCH_TOKENS = {"cpu": 1024, "cuda": 4096}
+# Token budget of one batch on the CPU when the flag is not given (a GPU's is measured at start: budget.py).
+# 1024 padded tokens: measured on 2 cores over 512 WordNet glosses, the inference process embedded 1.14x as
+# fast as encode(batch_size=32) for MiniLM with 1024, 0.98x with 2048 and 0.74x with 4096 (activations of
+# larger batches leave the caches); a small NeoBERT ran 1.45x with 1024 or 2048, 1.21x with 4096.
+CPU_BATCH_TOKENS = 1024
 
 
 def default_threads() -> int:
@@ -47,7 +47,8 @@ class ServeSettings(StrictSettings):
     max_input_length: int | None = Field(None, ge=1)
     """Max tokens per input (default: the model's max_seq_length)."""
     max_batch_tokens: int | None = Field(None, ge=1)
-    """Padded tokens per batch (default: max(1024 on CPU or 4096 on GPU, max input length))."""
+    """Padded tokens per batch (default: 1024 on CPU, on a GPU the fastest of a sweep timed at start; at least
+    the max input length)."""
     max_queue_items: int = Field(16384, ge=1)
     """Queued inputs before requests get 429."""
     max_client_batch_size: int = Field(OPENAI_MAX_INPUTS, ge=1)

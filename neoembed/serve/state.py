@@ -21,11 +21,12 @@ from starlette.concurrency import run_in_threadpool
 from neoembed.errors import InputError
 from neoembed.serve.backend import BackendGone, SupervisedProcess, WorkerRestarted
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
+from neoembed.serve.budget import default_budget
 from neoembed.serve.errors import APIError
 from neoembed.serve.inputs import Inputs
 from neoembed.serve.metrics import Metrics
 from neoembed.serve.search import ServedIndex
-from neoembed.serve.settings import DEFAULT_BATCH_TOKENS, ServeSettings
+from neoembed.serve.settings import ServeSettings
 from neoembed.serve.tokenization import Prepared, RequestTokenizer
 from neoembed.serve.warmup import WarmUp, warm_up_batches
 from neoembed.serve.worker import ModelInfo
@@ -142,8 +143,7 @@ def build_state(settings: ServeSettings) -> ServerState:
     backend = SupervisedProcess(settings, fingerprint=settings.index is not None)
     try:
         model = backend.info
-        default = DEFAULT_BATCH_TOKENS["cpu" if model.device == "cpu" else "cuda"]
-        budget = settings.max_batch_tokens or max(default, model.max_length)
+        budget = settings.max_batch_tokens or default_budget(backend.embed, model)
         if budget < model.max_length:
             raise InputError(
                 f"--max-batch-tokens ({budget}) must be at least the max input length ({model.max_length} "

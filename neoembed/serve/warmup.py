@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from neoembed.serve.budget import filled_batch, repeated_input
 from neoembed.serve.worker import ModelInfo
 
 Batch = list[list[int]]  # token-id sequences
@@ -37,20 +38,10 @@ class WarmUp:
 
 def warm_up_batches(model: ModelInfo, budget: int) -> list[Batch]:
     """One short input; for a compiled model also several inputs of unequal lengths; then the full batch."""
-    framed = model.tokenizer("word")["input_ids"]  # [CLS] word [SEP] for BERT's vocabulary
-    several = [_repeated(framed, length, model.max_length) for length in (3, 5, 9)]
-    return [[framed], *([several] if model.compiled else []), full_batch(model, budget)]
+    several = [repeated_input(model, length) for length in (3, 5, 9)]
+    return [several[:1], *([several] if model.compiled else []), full_batch(model, budget)]
 
 
 def full_batch(model: ModelInfo, budget: int) -> Batch:
-    """A batch that fills the token budget with full-length inputs of one repeated word, framed as the
-    tokenizer frames a text: what `SupervisedProcess.calibrate` times."""
-    framed = model.tokenizer("word")["input_ids"]
-    length = min(model.max_length, budget)
-    return [_repeated(framed, length, length)] * max(1, budget // length)
-
-
-def _repeated(framed: list[int], length: int, max_length: int) -> list[int]:
-    """`framed`'s inner tokens repeated to `length` tokens in all (at most `max_length`), its frame kept."""
-    length = min(length, max_length)
-    return framed[:1] + framed[1:-1] * (length - 2) + framed[-1:]
+    """A batch that fills the token budget with full-length inputs: what `SupervisedProcess.calibrate` times."""
+    return filled_batch(model, budget, min(model.max_length, budget))
