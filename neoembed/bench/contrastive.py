@@ -203,19 +203,25 @@ def reuse_or_train(
     return result
 
 
+def refuse_overrides(overrides: dict, fixed, why: str) -> None:
+    """A `--set` of a field the bench sets itself is an error naming the fields and `why`."""
+    clash = sorted(set(overrides) & set(fixed))
+    if clash:
+        raise InputError(f"--set {', '.join(clash)}: {why}", param="--set")
+
+
 def neoembed_settings(
     recipe: Path, base: str, data: Path, run_dir: Path, budget, threads: int, overrides: dict
 ):
     """The recipe with the user's overrides, then the fields every compared model shares: data, base, budget
     (`st_baseline.Budget`), seed, precision and threads."""
 
-    fixed = sorted(set(overrides) & set(BENCH_FIELDS))
-    if fixed:
-        raise InputError(
-            f"--set {', '.join(fixed)}: set by the bench (--data, --model, --steps, --minutes, --seeds, "
-            "--precisions, --threads, --out) so that every compared model shares it",
-            param="--set",
-        )
+    refuse_overrides(
+        overrides,
+        BENCH_FIELDS,
+        "set by the bench (--data, --model, --steps, --minutes, --seeds, --precisions, --threads, --out) so "
+        "that every compared model shares it",
+    )
     shared = {
         _field(lambda r: r.data.path): str(data),
         _field(lambda r: r.model.base): base,

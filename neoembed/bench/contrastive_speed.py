@@ -26,12 +26,11 @@ from typing import Any
 from transformers import TrainerCallback
 
 from neoembed.bench import st_baseline
-from neoembed.bench.contrastive import default_build, neoembed_settings
+from neoembed.bench.contrastive import default_build, neoembed_settings, refuse_overrides
 from neoembed.bench.memory import PeakMemory
 from neoembed.bench.report import Report, Row, Table, WrittenReport, in_child, meets, write_report
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.contrastive import ContrastiveSettings
-from neoembed.errors import InputError
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.recipes import field_path
 
@@ -158,13 +157,12 @@ def speed_settings(
     own (`speed_fields`)."""
     total = bench.warmup_steps + (bench.steps or DEFAULT_STEPS)
     speed = speed_fields(bench, largest_source(data), total)
-    fixed = sorted(set(overrides) & set(speed))
-    if fixed:
-        raise InputError(
-            f"--set {', '.join(fixed)}: set by the speed mode (--batch-size, --mini-batch-size: the same pairs, "
-            "batch and loss as sentence-transformers' cached loss, nothing scored or saved)",
-            param="--set",
-        )
+    refuse_overrides(
+        overrides,
+        speed,
+        "set by the speed mode (--batch-size, --mini-batch-size: the same pairs, batch and loss as "
+        "sentence-transformers' cached loss, nothing scored or saved)",
+    )
     budget = st_baseline.Budget(total, None, 0, precision)
     return neoembed_settings(
         recipe, bench.model, data, run_dir, budget, bench.threads, {**overrides, **speed}
