@@ -29,7 +29,7 @@ OPTIONAL = {
     "uvicorn": OptionalPackage("uvicorn", "serve"),
     "prometheus_client": OptionalPackage("prometheus-client", "serve"),
     "onnxruntime": OptionalPackage("onnxruntime", "onnx"),
-    "openai": OptionalPackage("openai", "dev"),  # bench openai's client
+    "openai": OptionalPackage("openai", "dev"),  # bench serve's openai client round
     "deepspeed": OptionalPackage("deepspeed", "deepspeed"),
     "datasets": OptionalPackage("datasets", None),
 }

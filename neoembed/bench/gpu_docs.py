@@ -153,7 +153,8 @@ def serve_ratio(results: Results) -> Verdict:
 
 def openai_ratio(results: Results) -> Verdict:
     """The serve stage's openai client round against encode at its best batch (its best backend), else, for
-    runs before that round existed, the serve-openai stage's (encode at batch 32)."""
+    runs before that round existed (2026-11-26), the retired `bench openai`'s serve-openai stage (encode at
+    batch 32)."""
     target, goal = "neoembed serve answering the openai client", ">= 0.9x direct encode's throughput"
     serve = results.report("serve", "serve") or {}
     rounds = [

@@ -53,7 +53,6 @@ class Sizes:
     contrastive: tuple[str, ...]  # overrides of the contrastive stage
     contrastive_speed: tuple[str, ...]  # `bench contrastive --speed` options
     serve: tuple[str, ...]
-    openai: tuple[str, ...]
     gpu_tests: tuple[str, ...]  # test files whose gpu-marked tests run
 
 
@@ -82,7 +81,6 @@ CUDA = Sizes(
                        "--warmup-steps", "2", "--steps", "5", "--precisions", "bf16", "--threads", "4"),
     serve=("--models", "neobert", "--backends", "torch-fp32,torch-bf16", "--texts", "8192", "--clients", "32",
            "--direct-batch-sizes", "32,64,128,256,512,1024,2048", "--openai-processes", "4"),
-    openai=("--backend", "torch-bf16", "--device", "cuda", "--texts", "8192", "--clients", "32"),
     gpu_tests=("tests/test_neobert_model.py", "tests/test_neobert_backends.py"),
 )
 
@@ -112,7 +110,6 @@ DRY_RUN = Sizes(
                        "--set", "model.max_length=32"),
     serve=("--models", "neobert", "--texts", "32", "--clients", "2", "--repeats", "1",
            "--health-requests", "8"),
-    openai=("--device", "cpu", "--texts", "32", "--clients", "2"),
     gpu_tests=("tests/test_neobert_backends.py",),
 )
 # fmt: on
@@ -142,7 +139,6 @@ ORDER = (
     "bench-pretrain",
     "encode-modernbert",
     "serve",
-    "serve-openai",
     "deepspeed",
     "wordnet-build",
     "contrastive",
@@ -292,13 +288,6 @@ def plan(dry_run: bool, root: Path, wordnet_build: Path | None) -> list[Stage]:
             "neoembed serve under concurrent clients vs direct encode",
             serve,
             ("neoembed", "bench", "serve", *s.serve, "--out", str(serve)),
-            needs=("fastapi", "uvicorn"),
-        ),
-        Stage(
-            "serve-openai",
-            "neoembed serve answering the openai client under load vs direct encode",
-            root / "serve-openai",
-            ("neoembed", "bench", "openai", *s.openai, "--out", str(root / "serve-openai")),
             needs=("fastapi", "uvicorn", "openai"),
         ),
     ]

@@ -317,29 +317,6 @@ class GpuBench(BenchSettings):
     """A `build-data` output for the contrastive stage (default: the wordnet-build stage's)."""
 
 
-class OpenaiBench(BenchSettings):
-    model: str = "neobert"
-    """Embedder to serve ('neobert': a quickstart-size NeoBERT export, as in bench serve)."""
-    backend: Literal["torch-fp32", "torch-bf16"] = "torch-fp32"
-    """How the server runs it."""
-    device: str = "auto"
-    """Device of the server and of direct encode (auto: CUDA where there is one)."""
-    texts: int = Field(4096, ge=16)
-    """WordNet glosses per round."""
-    texts_per_request: int = Field(16, ge=1)
-    """Texts in each request."""
-    clients: int = Field(16, ge=1)
-    """Threads, each with its own openai client."""
-    processes: int | None = Field(None, ge=1)
-    """Processes the client threads are spread over (default: a quarter of the cores, at least 1)."""
-    batch_size: int = Field(32, ge=1)
-    """Direct encode's batch size (the ratio's baseline)."""
-    threads: int = Field(2, ge=1)
-    """torch CPU threads, in the server and for direct encode."""
-    out: Path = Path("runs/bench/openai")
-    """Directory for openai.json and openai.md."""
-
-
 class AdaptBench(BenchSettings):
     recipe: str = "adapt-cpu"
     """neoembed adapt's recipe: a packaged name or a YAML file."""

@@ -18,7 +18,6 @@ from neoembed.bench import (
     GpuBench,
     IndexBench,
     MtebBench,
-    OpenaiBench,
     PretrainBench,
     ScaleBench,
     ServeBench,
@@ -88,16 +87,6 @@ def serve(settings: ServeBench) -> None:
     from neoembed.bench import serve as bench_serve
 
     _echo_report(bench_serve.run(settings))
-
-
-@app.command("openai")
-@options_from(OpenaiBench)
-def openai(settings: OpenaiBench) -> None:
-    """neoembed serve answering the official openai client from concurrent threads vs direct model.encode:
-    texts/s, ratio, latency."""
-    from neoembed.bench import openai_clients as bench_openai
-
-    _echo_report(bench_openai.run(settings))
 
 
 @app.command("pretrain")
