@@ -53,6 +53,7 @@ def test_bench_encode_backends_times_and_compares_onnx_with_torch(tmp_path):
     assert "neighbour overlap@10" in (tmp_path / "encode-backends.md").read_text()
 
 
+@pytest.mark.slow  # a minute: two backends, each through its fault round; the GPU dry run serves one
 def test_bench_serve_backends_serves_each_backend_and_checks_what_it_serves(tmp_path):
     args = ["bench", "serve", "--models", "neobert", "--backends", "torch-fp32,onnx-fp32", "--texts", "32"]
     args += ["--repeats", "1", "--health-requests", "8", "--direct-batch-sizes", "32", "--out", str(tmp_path)]
