@@ -83,18 +83,15 @@ def available_memory(device: str) -> float:
 
     if device.startswith("cuda"):
         return float(torch.cuda.mem_get_info(torch.device(device))[0])
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return float(line.split()[1]) * 1024
-    raise OSError("/proc/meminfo has no MemAvailable")
+    return float(_proc_bytes("/proc/meminfo", "MemAvailable"))
 
 
-def _status_bytes(field: str) -> int:
-    """A size field of /proc/self/status (VmRSS, VmHWM), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _proc_bytes(path: str, field: str) -> int:
+    """A size field ("Name:   123 kB") of a /proc file (/proc/meminfo, /proc/self/status), in bytes."""
+    for line in Path(path).read_text().splitlines():
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    raise OSError(f"/proc/self/status has no {field}")
+    raise OSError(f"{path} has no {field}")
 
 
 class PeakMemory:
@@ -113,7 +110,7 @@ class PeakMemory:
             self.start = 0
         else:
             Path("/proc/self/clear_refs").write_text("5")
-            self.start = _status_bytes("VmRSS")
+            self.start = _proc_bytes("/proc/self/status", "VmRSS")
         self.device = device
 
     def peak_bytes(self) -> int:
@@ -121,7 +118,7 @@ class PeakMemory:
 
         if self.cuda:
             return torch.cuda.max_memory_allocated(self.device)
-        return _status_bytes("VmHWM") - self.start
+        return _proc_bytes("/proc/self/status", "VmHWM") - self.start
 
     @property
     def meaning(self) -> str:
