@@ -5,7 +5,7 @@
 #     scripts/gpu_run.sh OUT_DIR
 #
 # makes a venv that sees the image's packages (torch, transformers, ...), installs the carried wheels with
-# --no-deps and neoembed itself, unpacks the carried WordNet package, then runs `neoembed bench gpu`: every
+# --no-deps and neoembed itself, unpacks the carried WordNet package, then runs scripts/gpu_bench.py: every
 # stage in its own process under a 9-minute limit, kept when it passed before (a second window goes on where
 # the first stopped). Results stay in $RESULTS (runs/bench/gpu) and go packed to OUT_DIR/gpu-results.tar.gz,
 # with gpu.md and gpu.json beside it. Set BUDGET_S to the seconds the command may take (default 540), STAGES
@@ -46,7 +46,7 @@ extra=()
 [ -n "${WORDNET_BUILD:-}" ] && extra+=(--wordnet-build "$WORDNET_BUILD")
 [ -n "${STAGES:-}" ] && extra+=(--stages "$STAGES")
 [ -n "${DRY_RUN:-}" ] && extra+=(--dry-run)  # tiny sizes on the CPU: checks this script where there is no GPU
-"$VENV/bin/neoembed" bench gpu --out "$RESULTS" --budget-s "$BUDGET_S" "${extra[@]}"
+"$VENV/bin/python" scripts/gpu_bench.py run --out "$RESULTS" --budget-s "$BUDGET_S" "${extra[@]}"
 status=$?
 
 # Weights and checkpoints stay behind: the JSON, Markdown, logs and metrics are what comes back.

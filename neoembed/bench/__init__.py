@@ -13,9 +13,6 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         contrastive as contrastive,
         contrastive_speed as contrastive_speed,
         encode as encode,
-        gpu as gpu,
-        gpu_docs as gpu_docs,
-        gpu_stages as gpu_stages,
         index as index,
         mteb as mteb,
         pretrain as pretrain,
@@ -23,11 +20,13 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         serve as serve,
         tsdae_baseline as tsdae_baseline,
     )
+    from .mfu import Mfu as Mfu
     from .report import (
         Report as Report,
         Row as Row,
         Table as Table,
         WrittenReport as WrittenReport,
+        markdown_table as markdown_table,
         write_report as write_report,
     )
     from .settings import (
@@ -35,7 +34,6 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         BuildDataBench as BuildDataBench,
         ContrastiveBench as ContrastiveBench,
         EncodeBench as EncodeBench,
-        GpuBench as GpuBench,
         IndexBench as IndexBench,
         MtebBench as MtebBench,
         PretrainBench as PretrainBench,

@@ -302,21 +302,6 @@ class ScaleBench(BenchSettings):
     """Output directory (scale.json, scale.md, the runs)."""
 
 
-class GpuBench(BenchSettings):
-    out: Path = Path("runs/bench/gpu")
-    """One folder for every stage's results (a stage that passed there before is kept, not rerun)."""
-    dry_run: bool = False
-    """The same stages at tiny sizes on the CPU (checks the runner and the JSON where there is no GPU)."""
-    stages: comma_separated(tuple[str, ...]) = ()
-    """Only these stages (default: all; names as in gpu.md), or a named set of them (fast-by-default)."""
-    stage_timeout_s: float = Field(540.0, gt=0)
-    """Seconds a stage may run before its processes are killed."""
-    budget_s: float = Field(3600.0, gt=0)
-    """Seconds for the whole run; a stage is not started with less than 30 s of it left."""
-    wordnet_build: Path | None = None
-    """A `build-data` output for the contrastive stage (default: the wordnet-build stage's)."""
-
-
 class AdaptBench(BenchSettings):
     recipe: str = "adapt-cpu"
     """neoembed adapt's recipe: a packaged name or a YAML file."""

@@ -5,9 +5,6 @@ markdown table under its output directory. The options of each are the fields of
 `neoembed.bench.settings`.
 """
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 
 from neoembed.bench import (
@@ -15,7 +12,6 @@ from neoembed.bench import (
     BuildDataBench,
     ContrastiveBench,
     EncodeBench,
-    GpuBench,
     IndexBench,
     MtebBench,
     PretrainBench,
@@ -133,26 +129,3 @@ def scale(settings: ScaleBench) -> None:
     from neoembed.bench import scale as bench_scale
 
     _echo_report(bench_scale.run(settings))
-
-
-@app.command("gpu")
-@options_from(GpuBench)
-def gpu(settings: GpuBench) -> None:
-    """Every GPU figure in one run (docs/benchmarks/gpu.md): gpu-marked tests, the encode and pretrain benches,
-    a short pretrain, DeepSpeed ZeRO-2, contrastive and serve; each stage in its own process under a time
-    limit, kept when it passed before. --dry-run: the same stages at tiny sizes on the CPU."""
-    from neoembed.bench import gpu as bench_gpu
-
-    _echo_report(bench_gpu.run(settings, progress=typer.echo))
-
-
-@app.command("gpu-docs")
-def gpu_docs(
-    results: Annotated[Path, typer.Argument(help="The folder `bench gpu` wrote (e.g. docs/benchmarks/gpu).")],
-    page: Annotated[Path, typer.Option(help="The page to rewrite.")] = Path("docs/benchmarks/gpu.md"),
-) -> None:
-    """Rewrite docs/benchmarks/gpu.md from a `bench gpu` folder: each target beside its measured figure."""
-    from neoembed.bench import gpu_docs as bench_gpu_docs
-
-    bench_gpu_docs.write_page(results, page)
-    typer.echo(f"wrote {page}")

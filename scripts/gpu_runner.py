@@ -1,7 +1,8 @@
-"""`neoembed bench gpu`: the stages of `gpu_stages` one after another, each in its own process under a time
-limit, each skipped when it has already passed (a short GPU window can be used twice), every result in one
-folder: `<stage>/stage.json` beside the stage's own files, `environment.json` (GPU, torch, CUDA, kernels),
-and `gpu.json`/`gpu.md` over all stages. `--dry-run` runs the same stages at tiny sizes on the CPU.
+"""The GPU run (scripts/gpu_bench.py run): the stages of `gpu_stages` one after another, each in its own
+process under a time limit, each skipped when it has already passed (a short GPU window can be used twice),
+every result in one folder: `<stage>/stage.json` beside the stage's own files, `environment.json` (GPU, torch,
+CUDA, kernels), and `gpu.json`/`gpu.md` over all stages. A dry run runs the same stages at tiny sizes on the
+CPU.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -20,16 +22,27 @@ from typing import Literal
 
 import numpy as np
 import yaml
+from gpu_stages import Sizes, Stage, corpus_path, plan, selected_stages, sizes_for
 
-from neoembed.bench.gpu_stages import Sizes, Stage, corpus_path, plan, selected_stages, sizes_for
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
-from neoembed.bench.settings import GpuBench
+from neoembed.bench import Report, Row, Table, WrittenReport, write_report
 from neoembed.extras import install_hint
 from neoembed.run_files import read_jsonl, write_text
 
 STAGE_FILE = "stage.json"
 Figures = dict[str, float | int | None]  # a stage's figures by name (test counts, training rates)
 MIN_STAGE_SECONDS = 30  # a stage with less time left than this is not started
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run does; scripts/gpu_bench.py's options say what each field means and its default."""
+
+    out: Path
+    dry_run: bool
+    stages: tuple[str, ...]  # () for all
+    stage_timeout_s: float
+    budget_s: float
+    wordnet_build: Path | None
 
 
 @dataclass
@@ -155,7 +168,7 @@ def run_stage(stage: Stage, timeout: float) -> StageResult:
     return StageResult(stage.name, stage.title, status, seconds, command, reason, stage_figures(stage))
 
 
-def run(settings: GpuBench, progress=print) -> WrittenReport:
+def run(settings: RunSettings, progress: Callable[[str], object] = print) -> WrittenReport:
     root = settings.out
     sizes = sizes_for(settings.dry_run)
     root.mkdir(parents=True, exist_ok=True)
@@ -195,7 +208,7 @@ def summary_report(results: list[StageResult], dry_run: bool) -> Report:
     mode = "dry run: tiny sizes on the CPU" if dry_run else "CUDA"
     return Report(
         name="gpu",
-        title="neoembed bench gpu",
+        title="GPU run (scripts/gpu_bench.py)",
         payload={"dry_run": dry_run, "stages": results},
         tables=[Table(rows, ["stage", "what", "status", "seconds", "note"])],
         intro=[

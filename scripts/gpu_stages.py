@@ -1,4 +1,5 @@
-"""The stages of `neoembed bench gpu`: what each runs, at which sizes, and what it needs; no side effects.
+"""The stages of the GPU run (scripts/gpu_bench.py run): what each runs, at which sizes, and what it needs; no
+side effects.
 
 One list serves both modes: on a CUDA machine the sizes of docs/benchmarks/gpu.md (the 250M NeoBERT, bf16,
 1024- and 4096-token rows); with `dry_run`, tiny sizes on the CPU that run the same commands in seconds and
@@ -147,7 +148,7 @@ ORDER = (
     "bench-pretrain-compiled",
 )
 
-# Named sets of stages (`bench gpu --stages NAME`), each sized to a window of device time.
+# Named sets of stages (`gpu_bench.py run --stages NAME`), each sized to a window of device time.
 SETS = {
     # Issue 41, "fast by default": compiled training MFU (train.compile auto), the compiled-by-default
     # forward, ModernBERT eager beside eager and compiled beside compiled, serve against encode at its

@@ -1,14 +1,19 @@
-"""`neoembed bench gpu` on the CPU: the stage plan, a dry run's files, time limits, skips, and the docs page."""
+"""scripts/gpu_bench.py on the CPU: the stage plan, a dry run's files, time limits, skips, the docs page."""
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from neoembed.bench import gpu, gpu_docs, gpu_stages
-from neoembed.cli import app
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # the GPU run is repository tooling, imported from scripts/
+
+import gpu_bench  # noqa: E402
+import gpu_docs  # noqa: E402
+import gpu_runner  # noqa: E402
+import gpu_stages  # noqa: E402
 
 FAST_STAGES = "gpu-tests,encode,pretrain,deepspeed,contrastive"
 
@@ -58,9 +63,8 @@ def test_the_fast_by_default_set_runs_what_its_contrastive_speed_stage_needs_fir
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu")
-    args = ["bench", "gpu", "--dry-run", "--stages", FAST_STAGES, "--out", str(out)]
-    first = CliRunner().invoke(app, args)
-    assert first.exit_code == 0, first.output
+    args = ["run", "--dry-run", "--stages", FAST_STAGES, "--out", str(out)]
+    assert gpu_bench.main(args) == 0
     return out, args
 
 
@@ -81,20 +85,18 @@ def test_a_dry_run_writes_every_stage_result_and_the_environment(dry_run):
         assert json.loads((out / name / "stage.json").read_text()) == stage
 
 
-def test_a_second_run_keeps_the_stages_that_passed(dry_run):
+def test_a_second_run_keeps_the_stages_that_passed(dry_run, capsys):
     out, args = dry_run
     before = json.loads((out / "encode" / "stage.json").read_text())
-    again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0, again.output
-    assert "encode: passed before, kept" in again.output
+    assert gpu_bench.main(args) == 0
+    assert "encode: passed before, kept" in capsys.readouterr().out
     assert json.loads((out / "encode" / "stage.json").read_text()) == before
 
 
 def test_the_docs_page_sets_each_target_beside_the_dry_run_figure(dry_run, tmp_path):
     out, _ = dry_run
     page = tmp_path / "gpu.md"
-    result = CliRunner().invoke(app, ["bench", "gpu-docs", str(out), "--page", str(page)])
-    assert result.exit_code == 0, result.output
+    assert gpu_bench.main(["docs", str(out), "--page", str(page)]) == 0
     text = page.read_text()
     assert "scripts/gpu_run.sh" in text and "CPU dry run" in text
     table = text.split("## Targets")[1].split("## Stages")[0]
@@ -126,18 +128,17 @@ def test_a_stage_over_its_limit_is_killed_and_one_missing_a_package_is_skipped(t
     sleeper = gpu_stages.Stage(
         "sleep", "sleeps", tmp_path / "sleep", ("timeit", "-n1", "import time; time.sleep(60)")
     )
-    result = gpu.run_stage(sleeper, timeout=1.0)
+    result = gpu_runner.run_stage(sleeper, timeout=1.0)
     assert result.status == "timeout" and result.seconds < 30
-    monkeypatch.setattr(gpu, "find_spec", lambda module: None)
-    skipped = gpu.run_stage(replace(sleeper, needs=("fastapi",)), timeout=60)
+    monkeypatch.setattr(gpu_runner, "find_spec", lambda module: None)
+    skipped = gpu_runner.run_stage(replace(sleeper, needs=("fastapi",)), timeout=60)
     assert skipped.status == "skipped" and "neoembed[serve]" in skipped.reason
     assert not (tmp_path / "sleep" / "recipe.yaml").exists()
 
 
 @pytest.mark.slow
 def test_a_dry_run_of_every_stage_passes_or_says_why_not(tmp_path):
-    result = CliRunner().invoke(app, ["bench", "gpu", "--dry-run", "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
+    assert gpu_bench.main(["run", "--dry-run", "--out", str(tmp_path)]) == 0
     for stage in json.loads((tmp_path / "gpu.json").read_text())["stages"]:
         assert stage["status"] in ("passed", "skipped"), stage
         assert stage["status"] == "passed" or stage["reason"]
@@ -145,10 +146,10 @@ def test_a_dry_run_of_every_stage_passes_or_says_why_not(tmp_path):
 
 
 def test_the_committed_page_is_the_one_the_committed_results_give():
-    """docs/benchmarks/gpu.md is generated: rebuild it with `neoembed bench gpu-docs docs/benchmarks/gpu`."""
-    root = Path(__file__).resolve().parents[1]
-    page = (root / "docs" / "benchmarks" / "gpu.md").read_text()
-    assert page == gpu_docs.render(gpu_docs.Results(root / "docs" / "benchmarks" / "gpu"))
+    """docs/benchmarks/gpu.md is generated: rebuild it with
+    `python scripts/gpu_bench.py docs docs/benchmarks/gpu`."""
+    page = (ROOT / "docs" / "benchmarks" / "gpu.md").read_text()
+    assert page == gpu_docs.render(gpu_docs.Results(ROOT / "docs" / "benchmarks" / "gpu"))
 
 
 def test_the_openai_verdict_without_results_is_not_measured(tmp_path):

@@ -1,5 +1,6 @@
-"""docs/benchmarks/gpu.md, written from a `neoembed bench gpu` folder: the runbook, each target of issue 30
-beside the figure measured for it (met, missed, or not measured), every stage's status and the environment.
+"""docs/benchmarks/gpu.md, written from a GPU run's folder (scripts/gpu_bench.py docs): the runbook, each
+target of issue 30 beside the figure measured for it (met, missed, or not measured), every stage's status and
+the environment.
 
 Only the JSON is read, so the page can be rebuilt from the committed results (docs/benchmarks/gpu/) at any
 time; `notes.md` in that folder (the defects a run found, in words) is copied under the tables.
@@ -13,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from neoembed.bench.gpu import STAGE_FILE
-from neoembed.bench.gpu_stages import CUDA
-from neoembed.bench.mfu import Mfu
-from neoembed.bench.report import Row, markdown_table
+from gpu_runner import STAGE_FILE
+from gpu_stages import CUDA
+
+from neoembed.bench import Mfu, Row, markdown_table
 from neoembed.run_files import write_text
 
 
@@ -33,7 +34,7 @@ class Verdict:
 
 
 class Results:
-    """A `bench gpu` folder, read-only."""
+    """A GPU run's folder, read-only."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -217,17 +218,18 @@ git-ignored `.whl/`; it prints their total and fails over 64 MiB):
 On the GPU machine, from the repository root (with `.whl` carried):
 
 ```bash
-scripts/gpu_run.sh "$OUT"   # venv over the system packages, wheels --no-deps, then `neoembed bench gpu`
+scripts/gpu_run.sh "$OUT"   # venv over the system packages, wheels --no-deps, then `gpu_bench.py run`
 ```
 
 Each stage runs in its own process for at most 9 minutes and is kept when it passed before, so a second
 window goes on where the first stopped. `STAGES=fast-by-default` runs issue 41's set (compiled training and
 forward, ModernBERT compiled beside compiled, serve, contrastive against sentence-transformers' cached loss;
-about 7 minutes, estimated in `neoembed/bench/gpu_stages.py`). Everything lands in `runs/bench/gpu/` (and,
+about 7 minutes, estimated in `scripts/gpu_stages.py`). Everything lands in `runs/bench/gpu/` (and,
 packed, in `$OUT`): per stage a folder with `stage.json` and the bench's own JSON and Markdown,
 `environment.json` (GPU, torch, CUDA, kernels) and `gpu.json`/`gpu.md`. Commit the JSON under
-`docs/benchmarks/gpu/` and rebuild this page with `neoembed bench gpu-docs docs/benchmarks/gpu`.
-`neoembed bench gpu --dry-run` runs every stage at tiny sizes on the CPU and writes the same files.
+`docs/benchmarks/gpu/` and rebuild this page with `python scripts/gpu_bench.py docs docs/benchmarks/gpu`.
+`python scripts/gpu_bench.py run --dry-run` runs every stage at tiny sizes on the CPU and writes the same
+files.
 
 MFU counts the model FLOPs of real tokens (`neoembed/pretrain/neobert/flops.py`) against the GPU's dense bf16
 peak from the table there by device name (H100 SXM 989 TFLOP/s, H100 NVL 835, H100 PCIe 756, H200 989); on a
@@ -249,7 +251,8 @@ def render(results: Results) -> str:
     verdicts = [target(results) for target in TARGETS]
     parts = [
         "# GPU figures",
-        "Written by `neoembed bench gpu-docs` from the JSON of `neoembed bench gpu`; do not edit by hand.",
+        "Written by `scripts/gpu_bench.py docs` from the JSON of `scripts/gpu_bench.py run`; "
+        "do not edit by hand.",
         RUNBOOK.rstrip(),
         "## Targets",
         measured_on,
