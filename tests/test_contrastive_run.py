@@ -597,6 +597,34 @@ def test_auto_base_weight_is_chosen_on_the_selection_split_and_recorded(tmp_path
 
 
 @pytest.mark.parametrize(
+    "curve, kept, scored",
+    [
+        ({0.0: 0.80, 0.1: 0.81, 0.2: 0.79, 0.3: 0.78, 0.4: 0.90}, 0.1, 4),  # past its peak: 0.4 never scored
+        ({0.0: 0.80, 0.1: 0.79, 0.2: 0.81, 0.3: 0.78, 0.4: 0.77}, 0.2, 5),  # one dip does not end the scan
+        ({0.0: 0.80, 0.1: 0.80, 0.2: 0.80}, 0.0, 3),  # among equals the smallest weight
+    ],
+)
+def test_the_base_weight_scan_stops_two_candidates_past_the_best(monkeypatch, curve, kept, scored):
+    from neoembed.contrastive import selection
+
+    class Mix:  # stands in for the weight mix: its "model" is the weight applied
+        model = None
+
+        def apply(self, weight):
+            self.model = weight
+
+    monkeypatch.setattr(
+        selection,
+        "retrieval_evaluator",
+        lambda name, *_: lambda weight: {f"{name}_cosine_ndcg@10": curve[weight]},
+    )
+    split = selection.SelectionSplit(general={"set": selection.SelectionSet(({}, {}, {}), None)})
+    logged = []
+    choice = selection.choose_base_weight(Mix(), split, list(curve), {}, 8, logged.append)
+    assert choice.base_weight == kept and len(choice.curve) == len(logged) == scored
+
+
+@pytest.mark.parametrize(
     "general, message",
     [
         ([{"kind": "records", "path": "BUILD", "source": "alpha"}], "texts are also training texts"),

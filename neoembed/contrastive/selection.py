@@ -30,6 +30,9 @@ Retrieval = tuple[dict, dict, dict]  # queries, corpus, relevant
 # Evaluation sets whose texts a selection set may never share, besides the run's own eval.sets: the held-out
 # sets every neoembed evaluation (quickstart, bench, mteb-eval's local tasks) scores.
 ALWAYS_EVALUATED = (HeldOutSet(kind="wordnet"), HeldOutSet(kind="foldoc"))
+# Candidates in a row scoring below the best so far that end the scan: a WiSE-FT curve over the base's share
+# rises to one peak and falls (every curve recorded in docs/benchmarks does), so the rest cannot win.
+PATIENCE = 2
 
 
 @dataclass(frozen=True)
@@ -117,14 +120,15 @@ def choose_base_weight(
     batch_size: int,
     log: Callable[[dict], None],
 ) -> Choice:
-    """Score each candidate base weight on the split (nDCG@10; in-domain and general sets half each) and keep
-    the best, the smallest weight among equals; `log` gets each candidate's line. The model is left at the
-    weights of the last candidate scored: apply the choice."""
+    """Score the candidate base weights on the split, smallest first (nDCG@10; in-domain and general sets half
+    each), until PATIENCE in a row score below the best so far, and keep the best, the smallest weight among
+    equals; `log` gets each candidate's line. The model is left at the weights of the last candidate scored:
+    apply the choice."""
     evaluators = {
         name: retrieval_evaluator(f"select_{name}", s.retrieval, source_prompts, s.prompt_source, batch_size)
         for name, s in {**split.in_domain, **split.general}.items()
     }
-    curve = []
+    curve, best, behind = [], None, 0
     for weight in sorted(set(candidates)):
         mix.apply(weight)
         scores = {
@@ -139,5 +143,8 @@ def choose_base_weight(
         point |= {f"ndcg@10 {name}": score for name, score in scores.items()}
         curve.append(point)
         log(point)
-    best = max(curve, key=lambda point: (round(point["score"], 6), -point["base_weight"]))
+        if best is None or round(point["score"], 6) > round(best["score"], 6):
+            best, behind = point, 0
+        elif (behind := behind + 1) == PATIENCE:
+            break
     return Choice(best["base_weight"], curve)
