@@ -207,12 +207,17 @@ class SupervisedProcess:
         for batch in warm.untimed:
             if self._closing.is_set():
                 return
-            with self._lock:
-                self._ensure_running()
-                self.process.embed(batch)
+            self.embed_without_deadline(batch)
             warm.done += 1
         self.calibrate(warm.batches[-1])
         warm.done += 1
+
+    def embed_without_deadline(self, sequences: list[list[int]]) -> np.ndarray:
+        """Embed a batch that may take long without the process counting as hung (a compiled model compiles on
+        it): the budget sweep's and the warm-up's."""
+        with self._lock:
+            self._ensure_running()
+            return self.process.embed(sequences)
 
     def calibrate(self, sequences: list[list[int]]) -> float:
         """Time one full batch; unless --batch-timeout was given, a batch may take 20 times that (at least

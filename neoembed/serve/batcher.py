@@ -102,6 +102,7 @@ class Batcher:
         self.on_fatal: Callable[[BaseException], None] = lambda err: (
             None
         )  # told when the worker stops for good
+        # Read for each window: a GPU's budget sweep sets it once it has chosen (state.py).
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_items = max_queue_items
         self._metrics = metrics

@@ -156,8 +156,7 @@ async def health(state: State) -> HealthBody:
     if not warm.finished and state.failure is None:
         raise APIError(
             503,
-            f"Warming up: {warm.done} of {len(warm.batches)} warm-up batches run (the compiled model compiles "
-            "on them); requests wait until it is ready.",
+            f"Warming up ({warm.progress}); requests wait until it is ready.",
             code="warming",
             headers={"Retry-After": "5"},
         )

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from neoembed.errors import InputError
 from neoembed.serve.backend import BackendGone, SupervisedProcess, WorkerRestarted
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
-from neoembed.serve.budget import default_budget
+from neoembed.serve.budget import fixed_budget, gpu_candidates, measure_budget, provisional_budget
 from neoembed.serve.errors import APIError
 from neoembed.serve.inputs import Inputs
 from neoembed.serve.metrics import Metrics
@@ -71,23 +71,35 @@ class ServerState:
         return self.warm.finished and self.batcher.alive and self.backend.ready
 
     def start_warm_up(self) -> None:
-        """Warm a compiled model up on a thread of its own, the port already bound, so /health can say so (an
-        eager model was warmed up before); a failure, such as a compiler error, stops the server."""
+        """Time the budget sweep and warm a compiled model up on a thread of its own, the port already bound,
+        so /health can say so (an eager model with a known budget was warmed up before); a failure, such as a
+        compiler error, stops the server."""
         if not self.warm.finished:
             threading.Thread(target=self._warm_up, name="neoembed-warm-up", daemon=True).start()
 
     def _warm_up(self) -> None:
-        log.info(
-            "warming the compiled model up on %d batches; /health says ready after", len(self.warm.batches)
-        )
         started = time.perf_counter()
         try:
+            if self.warm.sweeping:
+                log.info("timing %d batch budgets; /health says ready after the warm-up", self.warm.budgets)
+                self.choose_budget()
+            log.info("warming the model up on %d batches; /health says ready after", len(self.warm.batches))
             self.backend.warm_up(self.warm)
         except Exception as err:
-            log.error("warming up failed: %s", err)
+            if not self.closing:  # a warm-up cut short by shutdown is no failure
+                log.error("warming up failed: %s", err)
             self.fail(err)
         else:
             log.info("warmed up in %.1f s: ready", time.perf_counter() - started)
+
+    def choose_budget(self) -> None:
+        """Time the sweep, hand its budget to the batcher (which ran the provisional one until now), and set
+        the warm-up batches for it. Done once: a replaced inference process keeps the budget."""
+        budget = measure_budget(
+            self.backend.embed_without_deadline, self.model, on_timed=self.warm.count_timed
+        )
+        self.batcher.max_batch_tokens = budget
+        self.warm.batches = warm_up_batches(self.model, budget)
 
     async def embed(self, inputs: Inputs, *, truncate: bool, field: str) -> tuple[np.ndarray, Prepared]:
         """Tokenize and check `inputs` on a request thread, queue their ids, and await the embeddings."""
@@ -136,23 +148,27 @@ class ServerState:
 def build_state(settings: ServeSettings) -> ServerState:
     """Start the inference process (loading the model there) and everything in front of it.
 
-    Everything that can fail on bad settings (the model, the index, the batch budget) fails here, before a
-    port is bound; the inference process is stopped again when it does. An eager model is warmed up here too;
-    a compiled one once the port is bound (`start_warm_up`).
+    Everything that can fail on bad settings (the model, the index, --max-batch-tokens) fails here, before a
+    port is bound; the inference process is stopped again when it does. An eager model with a known budget is
+    warmed up here too; a GPU's budget sweep and a compiled model's warm-up run once the port is bound
+    (`start_warm_up`), the batcher using the provisional budget until the sweep has chosen.
     """
     backend = SupervisedProcess(settings, fingerprint=settings.index is not None)
     try:
         model = backend.info
-        budget = settings.max_batch_tokens or default_budget(backend.embed, model)
-        if budget < model.max_length:
+        budget = fixed_budget(settings, model.device.partition(":")[0], model.max_length)
+        if budget is None:  # timed after binding; each candidate holds a full-length input
+            warm = WarmUp(budgets=len(gpu_candidates(model.max_length)))
+        elif budget < model.max_length:
             raise InputError(
                 f"--max-batch-tokens ({budget}) must be at least the max input length ({model.max_length} "
                 "tokens), or a full-length input would fit no batch; raise it or lower --max-input-length",
                 param="--max-batch-tokens",
             )
-        warm = WarmUp(warm_up_batches(model, budget))
-        if not model.compiled:  # a moment's work: done before the port is bound
-            backend.warm_up(warm)
+        else:
+            warm = WarmUp(batches=warm_up_batches(model, budget))
+            if not model.compiled:  # a moment's work: done before the port is bound
+                backend.warm_up(warm)
         index = (
             ServedIndex(Path(settings.index), model.fingerprint, threads=settings.threads)
             if settings.index
@@ -163,7 +179,10 @@ def build_state(settings: ServeSettings) -> ServerState:
         raise
     metrics = Metrics()
     batcher = Batcher(
-        backend.embed, max_batch_tokens=budget, max_queue_items=settings.max_queue_items, metrics=metrics
+        backend.embed,
+        max_batch_tokens=provisional_budget(model.max_length) if budget is None else budget,
+        max_queue_items=settings.max_queue_items,
+        metrics=metrics,
     )
     tokenizer = RequestTokenizer(
         model.tokenizer, max_length=model.max_length, prompt=model.prompt, max_chars=settings.max_input_chars
