@@ -65,25 +65,6 @@ def _field(select: Callable[[ContrastiveSettings], object]) -> str:
     return field_path(ContrastiveSettings, select)
 
 
-# Fields the bench sets itself: overriding one would break "same data, base, budget and threads".
-BENCH_FIELDS = tuple(
-    map(
-        _field,
-        (
-            lambda r: r.data.path,
-            lambda r: r.model.base,
-            lambda r: r.train.output_dir,
-            lambda r: r.train.max_minutes,
-            lambda r: r.train.max_steps,
-            lambda r: r.train.seed,
-            lambda r: r.train.precision,
-            lambda r: r.train.threads,
-            lambda r: r.export.path,
-        ),
-    )
-)
-
-
 @dataclass(frozen=True)
 class Check:
     target: str
@@ -214,14 +195,8 @@ def neoembed_settings(
     recipe: Path, base: str, data: Path, run_dir: Path, budget, threads: int, overrides: dict
 ):
     """The recipe with the user's overrides, then the fields every compared model shares: data, base, budget
-    (`st_baseline.Budget`), seed, precision and threads."""
-
-    refuse_overrides(
-        overrides,
-        BENCH_FIELDS,
-        "set by the bench (--data, --model, --steps, --minutes, --seeds, --precisions, --threads, --out) so "
-        "that every compared model shares it",
-    )
+    (`st_baseline.Budget`), seed, precision and threads. Overriding one of them would break "same data, base,
+    budget and threads": a `--set` of any is refused."""
     shared = {
         _field(lambda r: r.data.path): str(data),
         _field(lambda r: r.model.base): base,
@@ -230,11 +205,17 @@ def neoembed_settings(
         _field(lambda r: r.train.precision): budget.precision,
         _field(lambda r: r.train.threads): threads,
         _field(lambda r: r.export.path): str(run_dir / f"{run_dir.name}-model"),
+        # None: the recipe's own (a time budget runs within the recipe's schedule of steps)
+        _field(lambda r: r.train.max_steps): budget.steps,
+        _field(lambda r: r.train.max_minutes): budget.minutes,
     }
-    if budget.steps:
-        shared[_field(lambda r: r.train.max_steps)] = budget.steps
-    if budget.minutes:  # within the recipe's schedule of steps
-        shared[_field(lambda r: r.train.max_minutes)] = budget.minutes
+    refuse_overrides(
+        overrides,
+        shared,
+        "set by the bench (--data, --model, --steps, --minutes, --seeds, --precisions, --threads, --out) so "
+        "that every compared model shares it",
+    )
+    shared = {field: value for field, value in shared.items() if value is not None}
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
 
 
