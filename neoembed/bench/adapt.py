@@ -177,14 +177,6 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
 def run(bench: AdaptBench) -> WrittenReport:
     import torch
 
-    from neoembed.evaluation import (
-        LOCAL_TASKS,
-        EvalSettings,
-        resolve_models,
-        run_evaluation,
-        saved_row_inputs,
-    )
-
     torch.set_num_threads(bench.threads)
     corpora = [c for c in write_corpora(bench.out / "corpora", bench.packages) if c.name in bench.corpora]
     runs: dict[Arm, Trained] = {}
@@ -199,13 +191,8 @@ def run(bench: AdaptBench) -> WrittenReport:
         "BM25": "bm25",
         **{arm.label: trained.export for arm, trained in runs.items()},
     }
-    settings = EvalSettings(max_length=256)
-    specs = dict(zip(models, resolve_models(list(models.values()), settings)))
-    tasks = [LOCAL_TASKS[task]() for task in COLUMNS]
-    evaluated = run_evaluation(list(specs.values()), tasks, settings, bench.out / "mteb")
-    scores = {label: evaluated.summary.scores[spec.label] for label, spec in specs.items()}
-    saved = saved_row_inputs(list(specs.values()), evaluated.summary, bench.out / "mteb")
-    seeded = SeedAverages(scores, {label: saved[spec.label] for label, spec in specs.items()}, COLUMNS)
+    seeded = SeedAverages.evaluate(models, COLUMNS, 256, bench.out / "mteb")
+    scores = seeded.scores
 
     summary, differences, verdicts = [], [], []
     for corpus in corpora:

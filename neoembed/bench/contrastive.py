@@ -241,13 +241,6 @@ def train_neoembed(settings: ContrastiveSettings) -> Trained:
 
 
 def run(bench: ContrastiveBench) -> WrittenReport:
-    from neoembed.evaluation import (
-        LOCAL_TASKS,
-        EvalSettings,
-        resolve_models,
-        run_evaluation,
-        saved_row_inputs,
-    )
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import parse_overrides
 
@@ -296,19 +289,14 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     for arm in arms:
         from_base = "NeoBERT (base)" if arm.method == "neobert" else base_row
         models[arm.label(name)] = (runs[arm.name].export, from_base, arm.name)
-    eval_settings = EvalSettings(max_length=128)
     # The base model first: the harness's paired differences are against the first model.
-    order = [base_row, *(label for label in models if label != base_row)]
-    specs = dict(zip(order, resolve_models([models[label][0] for label in order], eval_settings)))
-    tasks = [LOCAL_TASKS[task]() for task in COLUMNS]
-    evaluated = run_evaluation(list(specs.values()), tasks, eval_settings, out_dir / "mteb")
-    scores = {label: evaluated.summary.scores[spec.label] for label, spec in specs.items()}
+    loaded = {base_row: base, **{label: model for label, (model, _, _) in models.items()}}
+    seeded = SeedAverages.evaluate(loaded, COLUMNS, 128, out_dir / "mteb")
+    scores = seeded.scores
 
     groups = {p: [a for a in arms if a.precision == p] for p in precisions}
     if len(precisions) > 1:
         groups["all"] = arms
-    saved = saved_row_inputs(list(specs.values()), evaluated.summary, out_dir / "mteb")
-    seeded = SeedAverages(scores, {label: saved[spec.label] for label, spec in specs.items()}, COLUMNS)
     ours = [arm.label(name) for arm in arms if arm.method == "neoembed"]
     last = groups[list(groups)[-1]]  # all runs, or the one precision
     versus_st = seeded.compare(*sides(last, "neoembed", "st", name, base_row)).get(AVERAGE)
