@@ -87,16 +87,11 @@ def time_steps(model, optimizer, batches: list[dict], warmup: int, autocast, dev
 def run(bench: PretrainBench, progress=print) -> WrittenReport:
     config_name, max_length, steps, threads = bench.config, bench.max_length, bench.steps, bench.threads
     token_budget, peak_tflops = bench.token_budget or None, bench.peak_tflops or None
-    device, dtype, compile, warmup_steps = (
-        resolve_device(bench.device),
-        bench.dtype,
-        bench.compile,
-        bench.warmup_steps,
-    )
+    device, warmup_steps = resolve_device(bench.device), bench.warmup_steps
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     device_type = torch.device(device).type
-    precision = resolve_precision(dtype, device)
+    precision = resolve_precision(bench.dtype, device)
     autocast = torch.bfloat16 if precision.train_bf16 else None
     compute_dtype = autocast or torch.float32
     tokenizer = load_tokenizer()
@@ -113,7 +108,7 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
         progress(budget.note)
     model = NeoBERTForMaskedLM(config).to(device)
     model.config.sparse_prediction = True
-    if compile:
+    if bench.compile:
         model.compile_layers()
     rows = max(1, budget.tokens // max_length)
     count = warmup_steps + steps
@@ -177,7 +172,7 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
     settings = dict(config=config_name, max_length=max_length, token_budget=budget.tokens,
                     token_budget_note=budget.note, steps=steps, warmup_steps=warmup_steps, threads=threads,
                     device=torch.cuda.get_device_name(device) if device_type == "cuda" else device,
-                    dtype="bf16 autocast" if autocast else "fp32", compile=compile,
+                    dtype="bf16 autocast" if autocast else "fp32", compile=bench.compile,
                     # significant digits: a tiny --peak-tflops stays visible
                     peak_tflops=float(f"{peak / 1e12:.4g}"), peak_source=peak_source)  # fmt: skip
     rows = list(results.values())
