@@ -139,7 +139,6 @@ def run_adaptation(settings) -> Adapted:
 
 def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> dict[Arm, Trained]:
     """One seed of both methods on `corpus`: the adaptation, then TSDAE for as many minutes on its documents."""
-    from neoembed.adapt import read_corpus
     from neoembed.bench import tsdae_baseline
 
     ours, theirs = (Arm(corpus.name, method, seed, precision) for method in METHODS)
@@ -150,15 +149,7 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
         "corpus": corpus.file.stat().st_size,
     }
     adapted = reuse_or_train(run_dir, identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
-    read = settings.corpus
-    documents = read_corpus(
-        corpus.file,
-        field=read.field,
-        min_words=read.min_words,
-        min_documents=read.min_documents,
-        selection=read.selection,
-        eval_texts=corpus.eval_texts,
-    ).train
+    documents = settings.corpus.read().train
     budget = Budget(None, adapted.train_minutes, seed, precision)
     tsdae_dir = bench.out / theirs.name
     identity = {"base": bench.model, "corpus": identity["corpus"], "budget": asdict(budget), "threads": bench.threads,
