@@ -103,14 +103,8 @@ def server_arguments(backend: str, model: str, export: Path | None, device: str)
     """The `neoembed serve` options that serve `model` on `backend`: torch on `device`, ONNX from the export
     directory `export` (on the CPU)."""
     if backend in inference_backends.ONNX_FILES:
-        return [
-            "--model",
-            str(export),
-            "--backend",
-            "onnx",
-            "--onnx-file",
-            inference_backends.ONNX_FILES[backend],
-        ]
+        onnx_file = inference_backends.ONNX_FILES[backend]
+        return ["--model", str(export), "--backend", "onnx", "--onnx-file", onnx_file]
     dtype = {"torch-fp32": "float32", "torch-bf16": "bfloat16"}[backend]
     return ["--model", model, "--dtype", dtype, "--device", device]
 
@@ -166,12 +160,10 @@ def _drive(port: int, requests: list[bytes], clients: int) -> tuple[float, list[
         return asyncio.run(load.drive("127.0.0.1", port, requests, clients, on_response=bar.update))
 
 
-def _requests(port: int, inputs: list[str], texts_per_request: int) -> list[bytes]:
-    return [
-        load.post("127.0.0.1", port, "/v1/embeddings", {"input": inputs[i : i + texts_per_request],
-                  "model": "bench", "encoding_format": "base64"})
-        for i in range(0, len(inputs), texts_per_request)
-    ]  # fmt: skip
+def _requests(port: int, texts: list[list[str]]) -> list[bytes]:
+    """A request of each list of `texts`, for `load.drive`."""
+    body = {"model": "bench", "encoding_format": "base64"}
+    return [load.post("127.0.0.1", port, "/v1/embeddings", {"input": chunk, **body}) for chunk in texts]
 
 
 def _served_vectors(port: int, texts: list[str], chunk: int = 64) -> np.ndarray:
@@ -356,9 +348,7 @@ def bench_model(
             servers[backend] = start_server(
                 server_arguments(backend, model, export, device), settings.threads, log
             )
-        requests = {
-            b: _requests(port, inputs, settings.texts_per_request) for b, (_, port) in servers.items()
-        }
+        requests = {b: _requests(port, texts) for b, (_, port) in servers.items()}
         for backend, (_, port) in servers.items():  # warm-up: connections, first batches
             _drive(port, requests[backend][: 2 * settings.clients], settings.clients)
         for round_ in range(settings.repeats):
