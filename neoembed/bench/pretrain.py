@@ -12,7 +12,6 @@ of the same sequences to show both give the same loss.
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import datasets
@@ -59,13 +58,9 @@ def on_device(batches: MLMBatches, count: int, device: str) -> list[dict[str, to
     return [{k: v.to(device) for k, v in batches[i].items()} for i in range(count)]
 
 
-def autocast_to(device_type: str, dtype: torch.dtype | None):
-    """Autocast to `dtype` (weights stay fp32, as the Trainer's bf16 does), or nothing for None."""
-    return torch.autocast(device_type, dtype=dtype) if dtype else contextlib.nullcontext()
-
-
 def train_step(model, optimizer, batch: dict, autocast: torch.dtype | None) -> None:
-    with autocast_to(batch["input_ids"].device.type, autocast):
+    """One step, under autocast to `autocast` (weights stay fp32, as the Trainer's bf16 does) unless None."""
+    with torch.autocast(batch["input_ids"].device.type, dtype=autocast, enabled=autocast is not None):
         loss = model(**batch).loss
     loss.backward()
     optimizer.step()
@@ -191,7 +186,7 @@ def packed_padded_loss_gap(model, packed_batch: dict, device: str, autocast) -> 
     """|loss| difference between a packed batch and the same sequences padded, computed with their padding."""
     device_type = torch.device(device).type
     losses = []
-    with torch.no_grad(), autocast_to(device_type, autocast):
+    with torch.no_grad(), torch.autocast(device_type, dtype=autocast, enabled=autocast is not None):
         for backend, batch in (("unpadded", packed_batch), ("sdpa", packed_to_padded(packed_batch))):
             model.config.attn_backend = backend
             losses.append(model(**{k: v.to(device) for k, v in batch.items()}).loss.item())
