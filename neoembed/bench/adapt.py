@@ -188,12 +188,8 @@ def run(bench: AdaptBench) -> WrittenReport:
     summary, differences, verdicts = [], [], []
     for corpus in corpora:
         for precision in bench.run_precisions():
-            group = Group(
-                corpus,
-                precision,
-                [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision],
-                base_row,
-            )
+            arms = [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision]
+            group = Group(corpus, precision, arms, base_row)
             summary += group.summary_rows(seeded)
             differences += group.difference_rows(seeded)
             verdicts += goal_checks(group, seeded, runs)
