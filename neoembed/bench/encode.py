@@ -237,8 +237,8 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                     }
             with torch.inference_mode():
                 # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
-                for lengths in ([16, 8], [16, 16]):
-                    warm_ids, warm_mask = make_batch(lengths, model.config.vocab_size, device, 0)
+                for warm_lengths in ([16, 8], [16, 16]):
+                    warm_ids, warm_mask = make_batch(warm_lengths, model.config.vocab_size, device, 0)
                     for forward in paths.values():
                         forward(warm_ids, warm_mask)
                 for case in cases:
