@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from neoembed.bench.contrastive import LEMMA_TASK, recipe_identity, reuse_or_train
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
 from neoembed.bench.seeds import SeedAverages, difference_cell
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
@@ -280,9 +280,6 @@ def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) ->
     corpus, scores, base = group.corpus, seeded.scores, seeded.scores[group.base_row]
     where = f"{corpus.name} ({group.precision})"
 
-    def verdict(met: bool) -> str:
-        return "met" if met else "NOT met"
-
     def above_zero(difference) -> bool:
         return difference is not None and difference.low is not None and difference.low > 0
 
@@ -292,20 +289,20 @@ def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) ->
     versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
     lines = [
         f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0: mean {mean_gain:+.2%}, "
-        f"{difference_cell(versus_base)} points: {verdict(mean_gain >= GAIN and above_zero(versus_base))}",
+        f"{difference_cell(versus_base)} points: {met_text(mean_gain >= GAIN and above_zero(versus_base))}",
         f"{where}: ahead of ST TSDAE, interval above 0: {difference_cell(versus_tsdae)} points: "
-        f"{verdict(above_zero(versus_tsdae))}",
+        f"{met_text(above_zero(versus_tsdae))}",
     ]
     for task in FORGETTING:
         worst = min(scores[arm.label][task] / base[task] - 1 for arm in adapted)
         lines.append(
             f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed: worst {worst:+.2%}: "
-            f"{verdict(worst >= -FORGET)}"
+            f"{met_text(worst >= -FORGET)}"
         )
     longest = max(runs[arm].minutes for arm in adapted)
     documents = runs[adapted[0]].documents
     lines.append(
         f"{where}: adaptation under {MINUTES:g} minutes on {documents:,} documents: longest {longest:.1f} "
-        f"minutes (pairs, training, selection, export): {verdict(longest < MINUTES)}"
+        f"minutes (pairs, training, selection, export): {met_text(longest < MINUTES)}"
     )
     return lines

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import torch
 
 from neoembed.bench import st_baseline
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
 from neoembed.bench.seeds import AVERAGE, Scores, SeedAverages
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.bench.st_baseline import Trained
@@ -72,7 +72,7 @@ class Check:
     figures: str
 
     def line(self) -> str:
-        return f"{self.target}: {self.figures}: {'met' if self.met else 'NOT met'}"
+        return f"{self.target}: {self.figures}: {met_text(self.met)}"
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,11 @@ def meets(met: bool) -> str:
     return "meets" if met else "MISSES"
 
 
+def met_text(met: bool) -> str:
+    """How a target check ends: met, or NOT met."""
+    return "met" if met else "NOT met"
+
+
 def rotated(items: Sequence, turn: int) -> list:
     """`items` starting at position `turn` (modulo their number): passes over several variants interleaved in
     rotating order, so that machine noise affects them all alike."""
