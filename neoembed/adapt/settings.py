@@ -43,7 +43,7 @@ class CorpusSettings(StrictSettings):
     corpus are allowed: they are what a user searches)."""
 
     def read(self) -> Corpus:
-        """The documents these settings name, cleaned, guarded and split (`corpus.read_corpus`)."""
+        """The documents these settings name, cleaned, guarded and split (`read_corpus`)."""
         from neoembed.adapt.corpus import read_corpus
 
         return read_corpus(
