@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from neoembed.adapt.corpus import CorpusCounts, CorpusError, read_corpus
+from neoembed.adapt.corpus import CorpusCounts, CorpusError
 from neoembed.adapt.pairs import Pair, make_pairs, write_pairs
 from neoembed.adapt.settings import AdaptSettings
 from neoembed.contrastive import (
@@ -145,14 +145,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
     out = Path(settings.train.output_dir)
     check_trainable(settings.model.base)  # before any work
     with run_lock(out):
-        corpus = read_corpus(
-            Path(settings.corpus.path),
-            field=settings.corpus.field,
-            min_words=settings.corpus.min_words,
-            min_documents=settings.corpus.min_documents,
-            selection=settings.corpus.selection,
-            eval_texts=tuple(Path(p) for p in settings.corpus.eval_texts),
-        )
+        corpus = settings.corpus.read()
         config, pairs = pair_config(settings), settings.pairs
         options = {
             "seed": settings.train.seed,

@@ -3,7 +3,8 @@ contrastive sections (model, loss, optim, train, eval, export) the adaptation tr
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
@@ -17,6 +18,9 @@ from neoembed.contrastive import (
     PromptSettings,
 )
 from neoembed.recipes import StrictSettings
+
+if TYPE_CHECKING:
+    from neoembed.adapt.corpus import Corpus
 
 Method = Literal["crop", "lead", "terms"]
 
@@ -37,6 +41,19 @@ class CorpusSettings(StrictSettings):
     """Files of evaluation queries (.txt a line, .jsonl a `text` field) no document may be: such documents are
     left out and counted, as are FOLDOC's held-out terms (the leakage guard; documents of an evaluation's
     corpus are allowed: they are what a user searches)."""
+
+    def read(self) -> Corpus:
+        """The documents these settings name, cleaned, guarded and split (`read_corpus`)."""
+        from neoembed.adapt.corpus import read_corpus
+
+        return read_corpus(
+            Path(self.path),
+            field=self.field,
+            min_words=self.min_words,
+            min_documents=self.min_documents,
+            selection=self.selection,
+            eval_texts=tuple(Path(p) for p in self.eval_texts),
+        )
 
 
 class PairSettings(StrictSettings):

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from neoembed.bench.contrastive import LEMMA_TASK, recipe_identity, reuse_or_train
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
 from neoembed.bench.seeds import SeedAverages, difference_cell
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
@@ -139,7 +139,6 @@ def run_adaptation(settings) -> Adapted:
 
 def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> dict[Arm, Trained]:
     """One seed of both methods on `corpus`: the adaptation, then TSDAE for as many minutes on its documents."""
-    from neoembed.adapt import read_corpus
     from neoembed.bench import tsdae_baseline
 
     ours, theirs = (Arm(corpus.name, method, seed, precision) for method in METHODS)
@@ -150,15 +149,7 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
         "corpus": corpus.file.stat().st_size,
     }
     adapted = reuse_or_train(run_dir, identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
-    read = settings.corpus
-    documents = read_corpus(
-        corpus.file,
-        field=read.field,
-        min_words=read.min_words,
-        min_documents=read.min_documents,
-        selection=read.selection,
-        eval_texts=corpus.eval_texts,
-    ).train
+    documents = settings.corpus.read().train
     budget = Budget(None, adapted.train_minutes, seed, precision)
     tsdae_dir = bench.out / theirs.name
     identity = {"base": bench.model, "corpus": identity["corpus"], "budget": asdict(budget), "threads": bench.threads,
@@ -177,14 +168,6 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
 def run(bench: AdaptBench) -> WrittenReport:
     import torch
 
-    from neoembed.evaluation import (
-        LOCAL_TASKS,
-        EvalSettings,
-        resolve_models,
-        run_evaluation,
-        saved_row_inputs,
-    )
-
     torch.set_num_threads(bench.threads)
     corpora = [c for c in write_corpora(bench.out / "corpora", bench.packages) if c.name in bench.corpora]
     runs: dict[Arm, Trained] = {}
@@ -199,23 +182,14 @@ def run(bench: AdaptBench) -> WrittenReport:
         "BM25": "bm25",
         **{arm.label: trained.export for arm, trained in runs.items()},
     }
-    settings = EvalSettings(max_length=256)
-    specs = dict(zip(models, resolve_models(list(models.values()), settings)))
-    tasks = [LOCAL_TASKS[task]() for task in COLUMNS]
-    evaluated = run_evaluation(list(specs.values()), tasks, settings, bench.out / "mteb")
-    scores = {label: evaluated.summary.scores[spec.label] for label, spec in specs.items()}
-    saved = saved_row_inputs(list(specs.values()), evaluated.summary, bench.out / "mteb")
-    seeded = SeedAverages(scores, {label: saved[spec.label] for label, spec in specs.items()}, COLUMNS)
+    seeded = SeedAverages.evaluate(models, COLUMNS, 256, bench.out / "mteb")
+    scores = seeded.scores
 
     summary, differences, verdicts = [], [], []
     for corpus in corpora:
         for precision in bench.run_precisions():
-            group = Group(
-                corpus,
-                precision,
-                [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision],
-                base_row,
-            )
+            arms = [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision]
+            group = Group(corpus, precision, arms, base_row)
             summary += group.summary_rows(seeded)
             differences += group.difference_rows(seeded)
             verdicts += goal_checks(group, seeded, runs)
@@ -306,9 +280,6 @@ def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) ->
     corpus, scores, base = group.corpus, seeded.scores, seeded.scores[group.base_row]
     where = f"{corpus.name} ({group.precision})"
 
-    def verdict(met: bool) -> str:
-        return "met" if met else "NOT met"
-
     def above_zero(difference) -> bool:
         return difference is not None and difference.low is not None and difference.low > 0
 
@@ -318,20 +289,20 @@ def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) ->
     versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
     lines = [
         f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0: mean {mean_gain:+.2%}, "
-        f"{difference_cell(versus_base)} points: {verdict(mean_gain >= GAIN and above_zero(versus_base))}",
+        f"{difference_cell(versus_base)} points: {met_text(mean_gain >= GAIN and above_zero(versus_base))}",
         f"{where}: ahead of ST TSDAE, interval above 0: {difference_cell(versus_tsdae)} points: "
-        f"{verdict(above_zero(versus_tsdae))}",
+        f"{met_text(above_zero(versus_tsdae))}",
     ]
     for task in FORGETTING:
         worst = min(scores[arm.label][task] / base[task] - 1 for arm in adapted)
         lines.append(
             f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed: worst {worst:+.2%}: "
-            f"{verdict(worst >= -FORGET)}"
+            f"{met_text(worst >= -FORGET)}"
         )
     longest = max(runs[arm].minutes for arm in adapted)
     documents = runs[adapted[0]].documents
     lines.append(
         f"{where}: adaptation under {MINUTES:g} minutes on {documents:,} documents: longest {longest:.1f} "
-        f"minutes (pairs, training, selection, export): {verdict(longest < MINUTES)}"
+        f"minutes (pairs, training, selection, export): {met_text(longest < MINUTES)}"
     )
     return lines

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import torch
 
 from neoembed.bench import st_baseline
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
 from neoembed.bench.seeds import AVERAGE, Scores, SeedAverages
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.bench.st_baseline import Trained
@@ -65,25 +65,6 @@ def _field(select: Callable[[ContrastiveSettings], object]) -> str:
     return field_path(ContrastiveSettings, select)
 
 
-# Fields the bench sets itself: overriding one would break "same data, base, budget and threads".
-BENCH_FIELDS = tuple(
-    map(
-        _field,
-        (
-            lambda r: r.data.path,
-            lambda r: r.model.base,
-            lambda r: r.train.output_dir,
-            lambda r: r.train.max_minutes,
-            lambda r: r.train.max_steps,
-            lambda r: r.train.seed,
-            lambda r: r.train.precision,
-            lambda r: r.train.threads,
-            lambda r: r.export.path,
-        ),
-    )
-)
-
-
 @dataclass(frozen=True)
 class Check:
     target: str
@@ -91,7 +72,7 @@ class Check:
     figures: str
 
     def line(self) -> str:
-        return f"{self.target}: {self.figures}: {'met' if self.met else 'NOT met'}"
+        return f"{self.target}: {self.figures}: {met_text(self.met)}"
 
 
 @dataclass(frozen=True)
@@ -140,15 +121,13 @@ def goal_checks(scores: Scores, base: str, runs: list[str], versus_st) -> list[C
         bool(runs) and not below,
         f"{len(runs) - len(below)}/{len(runs)} runs" + (f"; below: {', '.join(below)}" if below else ""),
     )
+    ahead = "neoembed ahead of the ST baseline on the held-out mean, interval above 0"
     if versus_st is None or versus_st.low is None:
-        ahead = Check("neoembed ahead of the ST baseline on the held-out mean, interval above 0", False,
-                      "no paired interval (per-query predictions missing)")  # fmt: skip
+        ahead_check = Check(ahead, False, "no paired interval (per-query predictions missing)")
     else:
-        ahead = Check(
-            "neoembed ahead of the ST baseline on the held-out mean, interval above 0",
-            versus_st.low > 0,
-            f"{100 * versus_st.difference:+.2f} points [{100 * versus_st.low:+.2f}, {100 * versus_st.high:+.2f}]",
-        )
+        low, high = 100 * versus_st.low, 100 * versus_st.high
+        figures = f"{100 * versus_st.difference:+.2f} points [{low:+.2f}, {high:+.2f}]"
+        ahead_check = Check(ahead, versus_st.low > 0, figures)
     return [
         every_run,
         mean_gain(f"neoembed's mean FOLDOC gain >= {FOLDOC_GAIN:+.0%}", FOLDOC_TASK, FOLDOC_GAIN),
@@ -157,7 +136,7 @@ def goal_checks(scores: Scores, base: str, runs: list[str], versus_st) -> list[C
             EXAMPLE_TASK,
             EXAMPLE_GAIN,
         ),  # fmt: skip
-        ahead,
+        ahead_check,
     ]
 
 
@@ -214,14 +193,8 @@ def neoembed_settings(
     recipe: Path, base: str, data: Path, run_dir: Path, budget, threads: int, overrides: dict
 ):
     """The recipe with the user's overrides, then the fields every compared model shares: data, base, budget
-    (`st_baseline.Budget`), seed, precision and threads."""
-
-    refuse_overrides(
-        overrides,
-        BENCH_FIELDS,
-        "set by the bench (--data, --model, --steps, --minutes, --seeds, --precisions, --threads, --out) so "
-        "that every compared model shares it",
-    )
+    (`st_baseline.Budget`), seed, precision and threads. Overriding one of them would break "same data, base,
+    budget and threads": a `--set` of any is refused."""
     shared = {
         _field(lambda r: r.data.path): str(data),
         _field(lambda r: r.model.base): base,
@@ -230,11 +203,17 @@ def neoembed_settings(
         _field(lambda r: r.train.precision): budget.precision,
         _field(lambda r: r.train.threads): threads,
         _field(lambda r: r.export.path): str(run_dir / f"{run_dir.name}-model"),
+        # None: the recipe's own (a time budget runs within the recipe's schedule of steps)
+        _field(lambda r: r.train.max_steps): budget.steps,
+        _field(lambda r: r.train.max_minutes): budget.minutes,
     }
-    if budget.steps:
-        shared[_field(lambda r: r.train.max_steps)] = budget.steps
-    if budget.minutes:  # within the recipe's schedule of steps
-        shared[_field(lambda r: r.train.max_minutes)] = budget.minutes
+    refuse_overrides(
+        overrides,
+        shared,
+        "set by the bench (--data, --model, --steps, --minutes, --seeds, --precisions, --threads, --out) so "
+        "that every compared model shares it",
+    )
+    shared = {field: value for field, value in shared.items() if value is not None}
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
 
 
@@ -260,13 +239,6 @@ def train_neoembed(settings: ContrastiveSettings) -> Trained:
 
 
 def run(bench: ContrastiveBench) -> WrittenReport:
-    from neoembed.evaluation import (
-        LOCAL_TASKS,
-        EvalSettings,
-        resolve_models,
-        run_evaluation,
-        saved_row_inputs,
-    )
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import parse_overrides
 
@@ -278,7 +250,9 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     data_id = data_identity(data)
     # The recipe's own steps unless told otherwise ("as shipped"), and its training length; the baseline
     # gets the same.
-    recipe_settings = shipped(recipe, overrides, data)
+    recipe_settings = load_recipe(
+        recipe, ContrastiveSettings, {**overrides, _field(lambda r: r.data.path): str(data)}
+    )
     steps = None if bench.minutes else bench.steps or recipe_settings.train.max_steps
     max_length = recipe_settings.model.max_length
     precisions = bench.run_precisions()
@@ -315,19 +289,14 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     for arm in arms:
         from_base = "NeoBERT (base)" if arm.method == "neobert" else base_row
         models[arm.label(name)] = (runs[arm.name].export, from_base, arm.name)
-    eval_settings = EvalSettings(max_length=128)
     # The base model first: the harness's paired differences are against the first model.
-    order = [base_row, *(label for label in models if label != base_row)]
-    specs = dict(zip(order, resolve_models([models[label][0] for label in order], eval_settings)))
-    tasks = [LOCAL_TASKS[task]() for task in COLUMNS]
-    evaluated = run_evaluation(list(specs.values()), tasks, eval_settings, out_dir / "mteb")
-    scores = {label: evaluated.summary.scores[spec.label] for label, spec in specs.items()}
+    loaded = {base_row: base, **{label: model for label, (model, _, _) in models.items()}}
+    seeded = SeedAverages.evaluate(loaded, COLUMNS, 128, out_dir / "mteb")
+    scores = seeded.scores
 
     groups = {p: [a for a in arms if a.precision == p] for p in precisions}
     if len(precisions) > 1:
         groups["all"] = arms
-    saved = saved_row_inputs(list(specs.values()), evaluated.summary, out_dir / "mteb")
-    seeded = SeedAverages(scores, {label: saved[spec.label] for label, spec in specs.items()}, COLUMNS)
     ours = [arm.label(name) for arm in arms if arm.method == "neoembed"]
     last = groups[list(groups)[-1]]  # all runs, or the one precision
     versus_st = seeded.compare(*sides(last, "neoembed", "st", name, base_row)).get(AVERAGE)
@@ -382,12 +351,6 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         },
     )
     return write_report(report, out_dir)
-
-
-def shipped(recipe: Path, overrides: dict, data: Path):
-    """The recipe's settings with the user's overrides (its steps and training length, which the baseline
-    shares)."""
-    return load_recipe(recipe, ContrastiveSettings, {**overrides, _field(lambda r: r.data.path): str(data)})
 
 
 def labels_of(members: list[Arm], method: str, base_name: str) -> list[str]:

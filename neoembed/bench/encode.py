@@ -8,10 +8,9 @@ not depend on the weights, so nothing is downloaded), runs the same token batche
 its `auto` backend picks for each batch. Throughput counts real (non-padding) tokens, so every path is compared
 on the work a user wants done. With `--compare` only NeoBERT's `auto` path and ModernBERT are timed (the
 padded-vs-unpadded table is the run without it), which keeps the 250M comparison to a few minutes on a CPU.
-Against ModernBERT each model is compared like for like: eager beside eager, and (with `--compile`, the
-default on CUDA) compiled beside compiled, on one model each with its eager and its compiled path.
-Timings are best-of-N with the paths interleaved in rotating order, so machine noise affects all alike.
-With `--compile` (the default on CUDA) every model is compiled (`neoembed.compilation`) before its warm-up.
+With `--compile` (the default on CUDA) every model is compiled (`neoembed.compilation`) before its warm-up, and
+against ModernBERT each model is compared like for like: eager beside eager, compiled beside compiled, on one
+model each with both paths. Timings are best-of-N, the paths interleaved in rotating order (`time_paths`).
 Each row also gives NeoBERT's model GFLOP/s on its faster path (forward FLOPs of the real tokens) and that as a
 share of the peak: a square matmul in the same dtype measured here (or a known GPU's bf16 peak).
 """
@@ -237,8 +236,8 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                     }
             with torch.inference_mode():
                 # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
-                for lengths in ([16, 8], [16, 16]):
-                    warm_ids, warm_mask = make_batch(lengths, model.config.vocab_size, device, 0)
+                for warm_lengths in ([16, 8], [16, 16]):
+                    warm_ids, warm_mask = make_batch(warm_lengths, model.config.vocab_size, device, 0)
                     for forward in paths.values():
                         forward(warm_ids, warm_mask)
                 for case in cases:

@@ -20,7 +20,7 @@ from neoembed.faiss_setup import faiss, set_threads
 import numpy as np
 from tqdm.auto import tqdm
 
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
 from neoembed.bench.settings import IndexBench
 from neoembed.index import (
     choose_factory,
@@ -134,7 +134,7 @@ def _verdict(rows: list[Row], target: float, threads: int) -> tuple[bool, str]:
     return met, (
         f"{auto['set']}: auto choice {auto['factory']} ({auto['param']}) recall@10 {auto['recall_at_10']:.3f} at "
         f"{auto['x_exact_batch']:.1f}x exact batch QPS and {auto['x_exact_single']:.1f}x exact single-query QPS, "
-        f"{threads} threads (target: recall@10 >= {target} at >= 3x exact QPS: {'met' if met else 'NOT met'})"
+        f"{threads} threads (target: recall@10 >= {target} at >= 3x exact QPS: {met_text(met)})"
     )
 
 

@@ -35,12 +35,8 @@ def step_memory(config, max_length: int, *, value_bytes: int, scores: bool) -> S
     where attention materialises its scores (SDPA on the CPU), also 2 x heads x max_length of them.
     `value_bytes`: 2 under bf16 autocast, else 4. For the 250M model at 8,192 slots of 512 tokens in fp32 on
     the CPU this gives 35 GB, above the 23 GB at which the kernel killed that step on a 24 GiB machine."""
-    hidden, ffn, layers, vocab = (
-        config.hidden_size,
-        config.ffn_hidden_size,
-        config.num_hidden_layers,
-        config.vocab_size,
-    )
+    hidden, ffn, layers = config.hidden_size, config.ffn_hidden_size, config.num_hidden_layers
+    vocab = config.vocab_size
     parameters = (
         2 * vocab * hidden + vocab + hidden + layers * (4 * hidden * hidden + 3 * hidden * ffn + 2 * hidden)
     )

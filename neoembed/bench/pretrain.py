@@ -12,7 +12,6 @@ of the same sequences to show both give the same loss.
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import datasets
@@ -59,13 +58,9 @@ def on_device(batches: MLMBatches, count: int, device: str) -> list[dict[str, to
     return [{k: v.to(device) for k, v in batches[i].items()} for i in range(count)]
 
 
-def autocast_to(device_type: str, dtype: torch.dtype | None):
-    """Autocast to `dtype` (weights stay fp32, as the Trainer's bf16 does), or nothing for None."""
-    return torch.autocast(device_type, dtype=dtype) if dtype else contextlib.nullcontext()
-
-
 def train_step(model, optimizer, batch: dict, autocast: torch.dtype | None) -> None:
-    with autocast_to(batch["input_ids"].device.type, autocast):
+    """One step, under autocast to `autocast` (weights stay fp32, as the Trainer's bf16 does) unless None."""
+    with torch.autocast(batch["input_ids"].device.type, dtype=autocast, enabled=autocast is not None):
         loss = model(**batch).loss
     loss.backward()
     optimizer.step()
@@ -87,16 +82,11 @@ def time_steps(model, optimizer, batches: list[dict], warmup: int, autocast, dev
 def run(bench: PretrainBench, progress=print) -> WrittenReport:
     config_name, max_length, steps, threads = bench.config, bench.max_length, bench.steps, bench.threads
     token_budget, peak_tflops = bench.token_budget or None, bench.peak_tflops or None
-    device, dtype, compile, warmup_steps = (
-        resolve_device(bench.device),
-        bench.dtype,
-        bench.compile,
-        bench.warmup_steps,
-    )
+    device, warmup_steps = resolve_device(bench.device), bench.warmup_steps
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     device_type = torch.device(device).type
-    precision = resolve_precision(dtype, device)
+    precision = resolve_precision(bench.dtype, device)
     autocast = torch.bfloat16 if precision.train_bf16 else None
     compute_dtype = autocast or torch.float32
     tokenizer = load_tokenizer()
@@ -113,7 +103,7 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
         progress(budget.note)
     model = NeoBERTForMaskedLM(config).to(device)
     model.config.sparse_prediction = True
-    if compile:
+    if bench.compile:
         model.compile_layers()
     rows = max(1, budget.tokens // max_length)
     count = warmup_steps + steps
@@ -177,7 +167,7 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
     settings = dict(config=config_name, max_length=max_length, token_budget=budget.tokens,
                     token_budget_note=budget.note, steps=steps, warmup_steps=warmup_steps, threads=threads,
                     device=torch.cuda.get_device_name(device) if device_type == "cuda" else device,
-                    dtype="bf16 autocast" if autocast else "fp32", compile=compile,
+                    dtype="bf16 autocast" if autocast else "fp32", compile=bench.compile,
                     # significant digits: a tiny --peak-tflops stays visible
                     peak_tflops=float(f"{peak / 1e12:.4g}"), peak_source=peak_source)  # fmt: skip
     rows = list(results.values())
@@ -196,7 +186,7 @@ def packed_padded_loss_gap(model, packed_batch: dict, device: str, autocast) -> 
     """|loss| difference between a packed batch and the same sequences padded, computed with their padding."""
     device_type = torch.device(device).type
     losses = []
-    with torch.no_grad(), autocast_to(device_type, autocast):
+    with torch.no_grad(), torch.autocast(device_type, dtype=autocast, enabled=autocast is not None):
         for backend, batch in (("unpadded", packed_batch), ("sdpa", packed_to_padded(packed_batch))):
             model.config.attn_backend = backend
             losses.append(model(**{k: v.to(device) for k, v in batch.items()}).loss.item())

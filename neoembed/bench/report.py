@@ -56,7 +56,6 @@ class Table:
     rows: list[Row]
     columns: list[str] | None = None  # None: every cell of the rows, in the order first seen
     heading: str | None = None
-    before: list[str] = field(default_factory=list)  # paragraphs between the heading and the table
     after: list[str] = field(default_factory=list)  # paragraphs after it
 
     def shown_columns(self) -> list[str]:
@@ -73,12 +72,10 @@ class Report:
     tables: list[Table] = field(default_factory=list)
     intro: list[str] = field(default_factory=list)  # paragraphs under the title (settings, peaks)
     verdicts: list[str] = field(default_factory=list)  # each target check, met or missed, as a sentence
-    summary: str | None = None  # a closing paragraph
 
 
 @dataclass(frozen=True)
 class WrittenReport:
-    report: Report
     markdown: str
     json_path: Path
     markdown_path: Path
@@ -87,6 +84,11 @@ class WrittenReport:
 def meets(met: bool) -> str:
     """How a verdict says whether a figure meets its target."""
     return "meets" if met else "MISSES"
+
+
+def met_text(met: bool) -> str:
+    """How a target check ends: met, or NOT met."""
+    return "met" if met else "NOT met"
 
 
 def rotated(items: Sequence, turn: int) -> list:
@@ -162,11 +164,9 @@ def render_markdown(report: Report) -> str:
     for table in report.tables:
         if table.heading:
             parts.append(f"## {table.heading}")
-        parts += [*table.before, markdown_table(table.rows, table.shown_columns()), *table.after]
+        parts += [markdown_table(table.rows, table.shown_columns()), *table.after]
     if report.verdicts:
         parts.append("\n".join(f"- {verdict}" for verdict in report.verdicts))
-    if report.summary:
-        parts.append(report.summary)
     return "\n\n".join(parts)
 
 
@@ -193,4 +193,4 @@ def write_report(report: Report, out_dir: Path) -> WrittenReport:
     write_text(json_path, json.dumps(data, indent=2, default=_json_value) + "\n")
     markdown = render_markdown(report)
     write_text(md_path, markdown + "\n")
-    return WrittenReport(report, markdown, json_path, md_path)
+    return WrittenReport(markdown, json_path, md_path)

@@ -79,16 +79,13 @@ def encode_worker(texts: int, out: str) -> None:
         Path(out).write_text(json.dumps({"texts": len(glosses), "seconds": seconds}))
 
 
-def bench_build_data(settings: ScaleBench, work: Path) -> list[Row]:
-    rows = []
-    for ranks in (1, settings.ranks):
-        result = work / f"encode-{ranks}.json"
-        _run(_launch(ranks, "-m", "neoembed.bench.scale", "encode", str(settings.texts), str(result)), work)
-        measured = json.loads(result.read_text())
-        rows.append(Row({"job": "build-data (teacher encoding)", "ranks": ranks},
-                        {"rate": measured["texts"] / measured["seconds"], "seconds": measured["seconds"]},
-                        unit="texts/s"))  # fmt: skip
-    return rows
+def bench_build_data(settings: ScaleBench, ranks: int, work: Path) -> Row:
+    result = work / f"encode-{ranks}.json"
+    _run(_launch(ranks, "-m", "neoembed.bench.scale", "encode", str(settings.texts), str(result)), work)
+    measured = json.loads(result.read_text())
+    return Row({"job": "build-data (teacher encoding)", "ranks": ranks},
+               {"rate": measured["texts"] / measured["seconds"], "seconds": measured["seconds"]},
+               unit="texts/s")  # fmt: skip
 
 
 # --- pretrain and contrastive -----------------------------------------------------------------------------
@@ -105,7 +102,7 @@ def _train(job: str, ranks: int, recipe: dict[str, Any], work: Path) -> list[dic
     return read_jsonl(run_dir / METRICS_FILE)
 
 
-def bench_pretrain(settings: ScaleBench, work: Path) -> list[Row]:
+def bench_pretrain(settings: ScaleBench, ranks: int, work: Path) -> Row:
     from neoembed.bench.serve import quickstart_neobert
 
     corpus = work / "corpus.txt"
@@ -113,47 +110,41 @@ def bench_pretrain(settings: ScaleBench, work: Path) -> list[Row]:
         from neoembed.data import load_synsets
 
         corpus.write_text("\n".join(s.gloss for s in load_synsets()[:20000]) + "\n")
-    rows = []
-    for ranks in (1, settings.ranks):
-        recipe = {
-            "corpus": {"files": [str(corpus)], "heldout_fraction": 0.01},
-            "model": {"config": quickstart_neobert()},
-            "data": {"max_length": 128, "batch_size": 16},
-            "optim": {"warmup_steps": 2},
-            "train": {"max_steps": settings.steps, "log_steps": 1, "save_steps": 1000, "eval_steps": 1000,
-                      "threads": 1, "precision": "fp32"},
-        }  # fmt: skip
-        rates = [m["tokens_per_s"] for m in _train("pretrain", ranks, recipe, work) if "tokens_per_s" in m]
-        rates = rates[len(rates) // 3 :]  # the steps after the first third: allocation and caches warmed up
-        rows.append(Row({"job": "pretrain (MLM, 4x128 NeoBERT)", "ranks": ranks},
-                        {"rate": sum(rates) / len(rates) / ranks}, unit="real tokens/s per rank"))  # fmt: skip
-    return rows
+    recipe = {
+        "corpus": {"files": [str(corpus)], "heldout_fraction": 0.01},
+        "model": {"config": quickstart_neobert()},
+        "data": {"max_length": 128, "batch_size": 16},
+        "optim": {"warmup_steps": 2},
+        "train": {"max_steps": settings.steps, "log_steps": 1, "save_steps": 1000, "eval_steps": 1000,
+                  "threads": 1, "precision": "fp32"},
+    }  # fmt: skip
+    rates = [m["tokens_per_s"] for m in _train("pretrain", ranks, recipe, work) if "tokens_per_s" in m]
+    rates = rates[len(rates) // 3 :]  # the steps after the first third: allocation and caches warmed up
+    return Row({"job": "pretrain (MLM, 4x128 NeoBERT)", "ranks": ranks},
+               {"rate": sum(rates) / len(rates) / ranks}, unit="real tokens/s per rank")  # fmt: skip
 
 
-def bench_contrastive(settings: ScaleBench, work: Path) -> list[Row]:
+def bench_contrastive(settings: ScaleBench, ranks: int, work: Path) -> Row:
     from neoembed.data import BuildConfig, build
     from neoembed.training import logged_runtime
 
     data = work / "data"
     if not (data / "stats.json").exists():
         build(BuildConfig(out=data, sources=("wordnet",), max_rows=2000, mine=False))
-    rows = []
-    for ranks in (1, settings.ranks):
-        recipe = {
-            "data": {"path": str(data), "max_negatives": 0},
-            "model": {"base": "minilm", "max_length": 64},
-            "optim": {"warmup_steps": 2},
-            "train": {"max_steps": settings.steps, "batch_size": 16, "log_steps": 1, "save_steps": 1000,
-                      "threads": 1, "precision": "fp32"},
-            "eval": {"sets": []},
-        }  # fmt: skip
-        metrics = _train("contrastive", ranks, recipe, work)
-        runtime = logged_runtime(metrics)
-        rows.append(Row({"job": "contrastive (MiniLM, gathered negatives)", "ranks": ranks},
-                        {"rate": settings.steps * 16 / runtime}, unit="pairs/s per rank"))  # fmt: skip
-    return rows
+    recipe = {
+        "data": {"path": str(data), "max_negatives": 0},
+        "model": {"base": "minilm", "max_length": 64},
+        "optim": {"warmup_steps": 2},
+        "train": {"max_steps": settings.steps, "batch_size": 16, "log_steps": 1, "save_steps": 1000,
+                  "threads": 1, "precision": "fp32"},
+        "eval": {"sets": []},
+    }  # fmt: skip
+    runtime = logged_runtime(_train("contrastive", ranks, recipe, work))
+    return Row({"job": "contrastive (MiniLM, gathered negatives)", "ranks": ranks},
+               {"rate": settings.steps * 16 / runtime}, unit="pairs/s per rank")  # fmt: skip
 
 
+# job -> its measurement on a number of ranks, one row
 BENCHES = {"build-data": bench_build_data, "pretrain": bench_pretrain, "contrastive": bench_contrastive}
 
 
@@ -162,7 +153,7 @@ def run(settings: ScaleBench) -> WrittenReport:
     work.mkdir(parents=True, exist_ok=True)
     rows, verdicts = [], []
     for job in settings.jobs:
-        one, many = BENCHES[job](settings, work.resolve())
+        one, many = (BENCHES[job](settings, ranks, work.resolve()) for ranks in (1, settings.ranks))
         scaling = many["rate"] / one["rate"]
         rows += [one.adding({"vs 1 rank": 1.0}), many.adding({"vs 1 rank": scaling})]
         if job == "build-data":

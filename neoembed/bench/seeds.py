@@ -4,6 +4,7 @@ method's seed mean with its spread, and methods compared on their seed-averaged 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +23,29 @@ class SeedAverages:
     ) -> None:
         self.scores, self.inputs, self.columns = scores, inputs, columns
         self._compared: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, Difference]] = {}
+
+    @classmethod
+    def evaluate(
+        cls, models: dict[str, str], columns: dict[str, str], max_length: int, out: Path
+    ) -> SeedAverages:
+        """Every model of `models` (row label -> what `mteb-eval --model` loads; the first is the one the
+        harness's paired differences are against) scored in one mteb run under `out` on the local tasks that
+        `columns` names."""
+        from neoembed.evaluation import (
+            LOCAL_TASKS,
+            EvalSettings,
+            resolve_models,
+            run_evaluation,
+            saved_row_inputs,
+        )
+
+        settings = EvalSettings(max_length=max_length)
+        specs = dict(zip(models, resolve_models(list(models.values()), settings)))
+        tasks = [LOCAL_TASKS[task]() for task in columns]
+        summary = run_evaluation(list(specs.values()), tasks, settings, out).summary
+        saved = saved_row_inputs(list(specs.values()), summary, out)
+        scores = {label: summary.scores[spec.label] for label, spec in specs.items()}
+        return cls(scores, {label: saved[spec.label] for label, spec in specs.items()}, columns)
 
     def summary_cells(self, labels: list[str], reference: str | None) -> dict[str, str]:
         """Column -> the mean of the runs in `labels` (relative change vs `reference`'s score, where given)

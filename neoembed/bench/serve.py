@@ -1,5 +1,6 @@
 """`neoembed bench serve`: the HTTP server's throughput under concurrent clients vs `model.encode` in-process,
-and how fast /health answers under a load of its own, for each model given (by default all-MiniLM-L6-v2 and a NeoBERT).
+and how fast /health answers under a load of its own, for each model given (by default all-MiniLM-L6-v2 and
+`neobert`, a NeoBERT of the quickstart's size: `neobert_export`; any other name loads as `serve --model` would).
 
 The same texts (WordNet glosses) are embedded three ways, alternating for `repeats` rounds so machine noise
 hits all alike: directly with `SentenceTransformer.encode` in this process, at each of `direct_batch_sizes`
@@ -7,11 +8,10 @@ hits all alike: directly with `SentenceTransformer.encode` in this process, at e
 its best batch, not at its default 32), and through `neoembed serve` in a subprocess by `clients` concurrent
 clients each posting requests of `texts_per_request` texts, twice: through the official openai client
 (`load.openai_round`, base64 by default, decoded by the client: what a user's code sees; the target's ratio)
-and through `load.drive`, a light raw-HTTP load generator sending the same requests (request bytes built
-before the clock starts, one keep-alive connection each: the server's own capacity, with little client CPU
-taken from it). The best round of each is compared; latency percentiles come from the best round. The
-server runs in its own processes so clients and server do not share one interpreter lock, as in deployment;
-both sides use the same number of torch threads and fp32.
+and through `load.drive`, a light raw-HTTP load generator sending the same requests (the server's own
+capacity, with little client CPU taken from it). The best round of each is compared; latency percentiles come
+from the best round. The server runs in its own processes so clients and server do not share one interpreter
+lock, as in deployment; both sides use the same number of torch threads and fp32.
 
 /health is measured in a round of its own (`health_requests` requests from `health_clients` clients, every
 one of which must be answered 200, while one more client polls /health every 20 ms), not during the
@@ -23,10 +23,6 @@ served once per backend (all on the CPU, direct encode too, when an ONNX backend
 Runtime runs there), all servers up at once and their rounds interleaved in rotating order; each server
 row then also gives its throughput over the torch-fp32 server's and its fidelity: the vectors it serves for
 a WordNet probe (1,024 glosses and their example-sentence queries) against in-process torch fp32 encode.
-
-The model name `neobert` stands for a NeoBERT of the quickstart's size (4 layers x 128, random weights:
-speed does not depend on the weights) exported as a sentence-transformers directory under the output
-directory; any other name is loaded as `neoembed serve --model` would load it.
 """
 
 from __future__ import annotations
@@ -79,7 +75,8 @@ def quickstart_neobert() -> dict[str, int]:
 
 
 def neobert_export(directory: Path) -> Path:
-    """A NeoBERT of the quickstart's size saved as a sentence-transformers directory (built once)."""
+    """A NeoBERT of the quickstart's size with random weights (speed does not depend on them) saved as a
+    sentence-transformers directory (built once)."""
     embedder = directory / "embedder"
     if not (embedder / "modules.json").exists():
         from sentence_transformers import SentenceTransformer
@@ -103,14 +100,8 @@ def server_arguments(backend: str, model: str, export: Path | None, device: str)
     """The `neoembed serve` options that serve `model` on `backend`: torch on `device`, ONNX from the export
     directory `export` (on the CPU)."""
     if backend in inference_backends.ONNX_FILES:
-        return [
-            "--model",
-            str(export),
-            "--backend",
-            "onnx",
-            "--onnx-file",
-            inference_backends.ONNX_FILES[backend],
-        ]
+        onnx_file = inference_backends.ONNX_FILES[backend]
+        return ["--model", str(export), "--backend", "onnx", "--onnx-file", onnx_file]
     dtype = {"torch-fp32": "float32", "torch-bf16": "bfloat16"}[backend]
     return ["--model", model, "--dtype", dtype, "--device", device]
 
@@ -166,12 +157,10 @@ def _drive(port: int, requests: list[bytes], clients: int) -> tuple[float, list[
         return asyncio.run(load.drive("127.0.0.1", port, requests, clients, on_response=bar.update))
 
 
-def _requests(port: int, inputs: list[str], texts_per_request: int) -> list[bytes]:
-    return [
-        load.post("127.0.0.1", port, "/v1/embeddings", {"input": inputs[i : i + texts_per_request],
-                  "model": "bench", "encoding_format": "base64"})
-        for i in range(0, len(inputs), texts_per_request)
-    ]  # fmt: skip
+def _requests(port: int, texts: list[list[str]]) -> list[bytes]:
+    """A request of each list of `texts`, for `load.drive`."""
+    body = {"model": "bench", "encoding_format": "base64"}
+    return [load.post("127.0.0.1", port, "/v1/embeddings", {"input": chunk, **body}) for chunk in texts]
 
 
 def _served_vectors(port: int, texts: list[str], chunk: int = 64) -> np.ndarray:
@@ -199,11 +188,7 @@ def _health_round(port: int, requests: list[bytes], count: int, clients: int) ->
     return latencies
 
 
-Round = tuple[float, list[float]]  # wall seconds, request latencies
-
-
-def fastest(rounds: list[Round]) -> Round:
-    return min(rounds, key=lambda round_: round_[0])
+Round = tuple[float, list[float]]  # wall seconds, request latencies: the fastest round is the least
 
 
 @dataclass(frozen=True)
@@ -219,11 +204,11 @@ class Served:
 
     @property
     def best(self) -> Round:
-        return fastest(self.rounds)
+        return min(self.rounds)
 
     @property
     def best_openai(self) -> Round:
-        return fastest(self.openai_rounds)
+        return min(self.openai_rounds)
 
 
 @dataclass(frozen=True)
@@ -356,9 +341,7 @@ def bench_model(
             servers[backend] = start_server(
                 server_arguments(backend, model, export, device), settings.threads, log
             )
-        requests = {
-            b: _requests(port, inputs, settings.texts_per_request) for b, (_, port) in servers.items()
-        }
+        requests = {b: _requests(port, texts) for b, (_, port) in servers.items()}
         for backend, (_, port) in servers.items():  # warm-up: connections, first batches
             _drive(port, requests[backend][: 2 * settings.clients], settings.clients)
         for round_ in range(settings.repeats):

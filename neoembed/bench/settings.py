@@ -7,7 +7,7 @@ This module imports no torch: the CLI builds its options from it at start-up.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -285,12 +285,11 @@ class ContrastiveBench(BenchSettings):
         return self.precisions or (("fp32", "bf16") if cpu_bf16_units() else ("fp32",))
 
 
+ScaleJob = Literal["build-data", "pretrain", "contrastive"]
+
+
 class ScaleBench(BenchSettings):
-    jobs: comma_separated(tuple[Literal["build-data", "pretrain", "contrastive"], ...]) = (
-        "build-data",
-        "pretrain",
-        "contrastive",
-    )
+    jobs: comma_separated(tuple[ScaleJob, ...]) = get_args(ScaleJob)
     """Jobs timed on 1 rank and on `ranks` ranks (torchrun, gloo, one thread each)."""
     ranks: int = Field(2, ge=2)
     """Ranks of the parallel run (each takes one thread: give at most as many as the machine has cores)."""
