@@ -220,3 +220,14 @@ def test_an_arm_linked_in_from_another_bench_is_reused_or_replaced_never_trained
     result = reuse_or_train(here, changed, False, lambda: (here.mkdir(), Trained(4, 0.5, "m"))[1])
     assert result == Trained(4, 0.5, "m") and not here.is_symlink()
     assert json.loads((other / "bench-run.json").read_text())["result"]["steps"] == 3
+
+
+def test_the_benches_default_to_the_precisions_training_runs_in(cpu_bf16):
+    """Quality is reported in each precision the machine trains in, speed and adaptation in `auto`'s."""
+    from neoembed.bench.contrastive_speed import speed_precisions
+    from neoembed.bench.settings import AdaptBench, ContrastiveBench
+
+    auto = "bf16" if cpu_bf16 else "fp32"
+    assert ContrastiveBench().run_precisions() == (("fp32", "bf16") if cpu_bf16 else ("fp32",))
+    assert speed_precisions(ContrastiveBench()) == AdaptBench().run_precisions() == (auto,)
+    assert AdaptBench(precisions=("fp32",)).run_precisions() == ("fp32",)

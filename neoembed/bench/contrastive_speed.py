@@ -29,9 +29,9 @@ from neoembed.bench import st_baseline
 from neoembed.bench.contrastive import default_build, neoembed_settings, refuse_overrides
 from neoembed.bench.memory import PeakMemory
 from neoembed.bench.report import Report, Row, Table, WrittenReport, in_child, meets, write_report
-from neoembed.bench.settings import ContrastiveBench
+from neoembed.bench.settings import ContrastiveBench, auto_training_precision
 from neoembed.contrastive import ContrastiveSettings
-from neoembed.precision import resolve_precision, synchronize
+from neoembed.precision import synchronize
 from neoembed.recipes import field_path
 
 TARGET_RATIO = 1.3  # neoembed's pairs/s over the library's cached loss (issue 41, on the GPU)
@@ -170,8 +170,8 @@ def speed_settings(
 
 
 def speed_precisions(bench: ContrastiveBench) -> tuple[str, ...]:
-    """--precisions, or the one `auto` trains in here (bf16 where it has hardware, else fp32)."""
-    return bench.precisions or (("bf16",) if resolve_precision("auto").train_bf16 else ("fp32",))
+    """--precisions, or the one `auto` trains in here."""
+    return bench.precisions or (auto_training_precision(),)
 
 
 def run(bench: ContrastiveBench) -> WrittenReport:

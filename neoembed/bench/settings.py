@@ -49,6 +49,14 @@ def _distinct(backends: tuple[str, ...]) -> tuple[str, ...]:
 InferenceBackends = Annotated[comma_separated(tuple[InferenceBackend, ...]), AfterValidator(_distinct)]
 
 
+def auto_training_precision() -> str:
+    """The precision `train.precision: auto` trains in here: bf16 where it has hardware (CUDA, or a CPU with
+    bf16 units), else fp32."""
+    from neoembed.precision import resolve_precision
+
+    return "bf16" if resolve_precision("auto").train_bf16 else "fp32"
+
+
 class BenchSettings(StrictSettings):
     model_config = ConfigDict(frozen=True)
 
@@ -279,10 +287,8 @@ class ContrastiveBench(BenchSettings):
         return self
 
     def run_precisions(self) -> tuple[str, ...]:
-        """--precisions, or fp32 and (where the CPU has bf16 units) bf16."""
-        from neoembed.precision import cpu_bf16_units
-
-        return self.precisions or (("fp32", "bf16") if cpu_bf16_units() else ("fp32",))
+        """--precisions, or each the machine trains in: fp32, and bf16 where `auto` trains in it."""
+        return self.precisions or tuple(dict.fromkeys(("fp32", auto_training_precision())))
 
 
 ScaleJob = Literal["build-data", "pretrain", "contrastive"]
@@ -325,6 +331,5 @@ class AdaptBench(BenchSettings):
     """Directory for adapt.json and .md, the corpora, the runs and their scores."""
 
     def run_precisions(self) -> tuple[str, ...]:
-        from neoembed.precision import cpu_bf16_units
-
-        return self.precisions or (("bf16",) if cpu_bf16_units() else ("fp32",))
+        """--precisions, or the one `auto` trains in here."""
+        return self.precisions or (auto_training_precision(),)
