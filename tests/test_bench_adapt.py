@@ -1,5 +1,6 @@
 """`neoembed bench adapt` end to end on a tiny model: both corpora written as a user would hand them over,
-adapt and TSDAE per seed on the same documents and minutes, one mteb run, the report and its targets, reuse."""
+per seed the adaptation, plain ST on its pairs and steps, and TSDAE on its documents and minutes, one mteb
+run, the report and its targets, reuse."""
 
 import json
 
@@ -23,7 +24,10 @@ def test_the_bench_adapts_and_reports_every_target(tmp_path, minilm_path):
 
     runs = report["runs"]
     names = [
-        f"{c}-{m}-fp32-seed{s}" for c in ("foldoc", "packages") for s in (0, 1) for m in ("adapt", "tsdae")
+        f"{c}-{m}-fp32-seed{s}"
+        for c in ("foldoc", "packages")
+        for s in (0, 1)
+        for m in ("adapt", "st", "tsdae")
     ]
     assert sorted(runs) == sorted(names)
     for name in names:
@@ -46,6 +50,8 @@ def test_the_bench_adapts_and_reports_every_target(tmp_path, minilm_path):
     assert any("ahead of ST TSDAE" in v for v in verdicts)
     markdown = (out / "adapt.md").read_text()
     assert "neoembed adapt - base" in markdown and "ST TSDAE" in markdown
+    assert "neoembed adapt - ST MNRL" in markdown  # the library on the same pairs, seeds and steps
+    assert runs["foldoc-st-fp32-seed1"]["steps"] == runs["foldoc-adapt-fp32-seed1"]["steps"] == 2
 
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output

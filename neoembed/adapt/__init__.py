@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     )
     from .pairs import make_pairs as make_pairs
     from .run import (
+        PAIRS as PAIRS,
         AdaptResult as AdaptResult,
         run_adapt as run_adapt,
     )

@@ -1,6 +1,7 @@
 """`neoembed bench adapt`: `neoembed adapt` on two corpora of another kind than its base model's training data,
-against the base model, plain sentence-transformers TSDAE on the same documents and CPU minutes, and BM25,
-over several seeds, with paired intervals.
+against the base model, plain sentence-transformers on the adaptation's own pairs for as many steps (MNRL, as
+`bench contrastive`'s baseline) and on the same documents for as many minutes (TSDAE), and BM25, over several
+seeds, with paired intervals.
 
 - FOLDOC: the definitions of every FOLDOC entry as the user's documents, the ones the evaluation searches
   among them, and no term (so no term -> definition pair can enter training; the guard also leaves out any
@@ -9,8 +10,8 @@ over several seeds, with paired intervals.
   the evaluation searches (its 500 synopses handed to the guard as evaluation queries), scored on synopsis
   -> description retrieval.
 - Forgetting: WordNet's held-out example -> definition and lemma -> definition, for every adapted model.
-Each adapted model is compared with the base and with TSDAE given the same corpus, seed and the minutes the
-adaptation's training took; one run is an anecdote: results are seed means with their spread, comparisons
+Each adapted model is compared with the base, with ST MNRL given its pairs, seed and steps, and with TSDAE
+given the same corpus, seed and the minutes the adaptation's training took; one run is an anecdote: results are seed means with their spread, comparisons
 paired bootstraps over the queries of the seed-averaged scores (`significance.mean_of`).
 """
 
@@ -41,9 +42,9 @@ COLUMNS = {
 GAIN = 0.03  # the corpus's own held-out retrieval: mean relative gain over the base
 FORGET = 0.005  # WordNet: no seed more than this below the base
 MINUTES = 10.0  # the adaptation itself, pairs to export
-METHODS = {"adapt": "neoembed adapt", "tsdae": "ST TSDAE"}
+METHODS = {"adapt": "neoembed adapt", "st": "ST MNRL", "tsdae": "ST TSDAE"}
 # The paired differences reported: method minus other (None: the base model).
-COMPARISONS = (("adapt", None), ("tsdae", None), ("adapt", "tsdae"))
+COMPARISONS = (("adapt", None), ("st", None), ("tsdae", None), ("adapt", "st"), ("adapt", "tsdae"))
 
 
 @dataclass(frozen=True)
@@ -138,31 +139,46 @@ def run_adaptation(settings) -> Adapted:
 
 
 def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> dict[Arm, Trained]:
-    """One seed of both methods on `corpus`: the adaptation, then TSDAE for as many minutes on its documents."""
-    from neoembed.bench import tsdae_baseline
+    """One seed of every method on `corpus`: the adaptation, then plain ST on its pairs for as many steps, and
+    TSDAE on its documents for as many minutes as its training took."""
+    from neoembed.adapt import PAIRS
+    from neoembed.bench import st_baseline, tsdae_baseline
 
-    ours, theirs = (Arm(corpus.name, method, seed, precision) for method in METHODS)
+    ours, plain, tsdae = (Arm(corpus.name, method, seed, precision) for method in METHODS)
     run_dir = bench.out / ours.name
     settings = adapt_settings(bench, corpus, ours, run_dir)
-    identity = {
+    adapt_identity = {
         "recipe": recipe_identity(settings.model_dump(mode="json")),
         "corpus": corpus.file.stat().st_size,
     }
-    adapted = reuse_or_train(run_dir, identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
+    adapted = reuse_or_train(run_dir, adapt_identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
+    max_length = settings.model.max_length
+
+    steps = Budget(adapted.steps, None, seed, precision)
+    st_dir = bench.out / plain.name
+    identity = {"base": bench.model, "pairs": adapt_identity, "budget": asdict(steps), "threads": bench.threads,
+                "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE]}  # fmt: skip
+    trained_st = reuse_or_train(
+        st_dir,
+        identity,
+        bench.fresh,
+        lambda: st_baseline.train(bench.model, run_dir / PAIRS, st_dir, st_dir / "model", steps, max_length),
+    )
+
     documents = settings.corpus.read().train
-    budget = Budget(None, adapted.train_minutes, seed, precision)
-    tsdae_dir = bench.out / theirs.name
-    identity = {"base": bench.model, "corpus": identity["corpus"], "budget": asdict(budget), "threads": bench.threads,
+    minutes = Budget(None, adapted.train_minutes, seed, precision)
+    tsdae_dir = bench.out / tsdae.name
+    identity = {"base": bench.model, "corpus": adapt_identity["corpus"], "budget": asdict(minutes), "threads": bench.threads,
                 "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
-    trained = reuse_or_train(
+    trained_tsdae = reuse_or_train(
         tsdae_dir,
         identity,
         bench.fresh,
         lambda: tsdae_baseline.train(
-            bench.model, documents, tsdae_dir, tsdae_dir / "model", budget, settings.model.max_length
+            bench.model, documents, tsdae_dir, tsdae_dir / "model", minutes, max_length
         ),
     )
-    return {ours: adapted, theirs: trained}
+    return {ours: adapted, plain: trained_st, tsdae: trained_tsdae}
 
 
 def run(bench: AdaptBench) -> WrittenReport:
@@ -196,7 +212,9 @@ def run(bench: AdaptBench) -> WrittenReport:
     per_run = [run_row(label, scores, runs) for label in models]
     notes = (
         f"{bench.seeds} seeds in {', '.join(bench.run_precisions())} on {bench.threads} CPU thread(s); neoembed adapt: "
-        f"the {bench.recipe} recipe; ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, 60% of words deleted, lr "
+        f"the {bench.recipe} recipe; ST MNRL: MultipleNegativesRankingLoss with the library's trainer (lr 5e-5, "
+        "batch 64) on the adaptation's own pairs for as many steps, no selection split or WiSE-FT; ST TSDAE: "
+        "DenoisingAutoEncoderLoss (tied decoder, 60% of words deleted, lr "
         "3e-5, batch 8, constant schedule) on the same documents for the minutes the adaptation's training took. "
         "nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
     )
