@@ -11,8 +11,9 @@ seeds, with paired intervals.
   -> description retrieval.
 - Forgetting: WordNet's held-out example -> definition and lemma -> definition, for every adapted model.
 Each adapted model is compared with the base, with ST MNRL given its pairs, seed and steps, and with TSDAE
-given the same corpus, seed and the minutes the adaptation's training took; one run is an anecdote: results are seed means with their spread, comparisons
-paired bootstraps over the queries of the seed-averaged scores (`significance.mean_of`).
+given the same corpus, seed and the minutes the adaptation's training took; one run is an anecdote: results
+are seed means with their spread, comparisons paired bootstraps over the queries of the seed-averaged scores
+(`significance.mean_of`).
 """
 
 from __future__ import annotations
@@ -165,7 +166,6 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
         lambda: st_baseline.train(bench.model, run_dir / PAIRS, st_dir, st_dir / "model", steps, max_length),
     )
 
-    documents = settings.corpus.read().train
     minutes = Budget(None, adapted.train_minutes, seed, precision)
     tsdae_dir = bench.out / tsdae.name
     identity = {"base": bench.model, "corpus": adapt_identity["corpus"], "budget": asdict(minutes), "threads": bench.threads,
@@ -174,8 +174,9 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
         tsdae_dir,
         identity,
         bench.fresh,
+        # The documents are read only when TSDAE trains: a reused run needs none.
         lambda: tsdae_baseline.train(
-            bench.model, documents, tsdae_dir, tsdae_dir / "model", minutes, max_length
+            bench.model, settings.corpus.read().train, tsdae_dir, tsdae_dir / "model", minutes, max_length
         ),
     )
     return {ours: adapted, plain: trained_st, tsdae: trained_tsdae}
