@@ -175,6 +175,22 @@ def test_adapt_exports_a_model_and_resumes(tmp_path, encoder):
     assert "holds pairs made from another corpus or other settings" in other.output
 
 
+def test_no_pair_carries_an_evaluation_query(tmp_path, encoder):
+    """A pseudo query the documents happen to yield that equals an evaluation's query (here every two-word
+    `terms` query the vocabulary can make) leaves training and the selection split alike."""
+    guarded = {f"{a} {b}".casefold() for a in WORDS for b in WORDS if a != b}
+    (tmp_path / "queries.txt").write_text("".join(q + "\n" for q in sorted(guarded)))
+    corpus, out = write(tmp_path / "docs.txt", documents(300)), tmp_path / "run"
+    args = adapt_args(corpus, out, encoder, "--corpus.eval_texts", f'["{tmp_path / "queries.txt"}"]')
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    # every terms pair was an evaluation query
+    assert json.loads((out / "adapt.json").read_text())["pairs"] == {"crop": 8, "lead": 8}
+    for made in ("pairs", "selection"):
+        queries = {q.casefold() for rows in load_records(out / made).values() for q in rows["query"]}
+        assert queries and not queries & guarded
+
+
 def test_adapt_takes_a_neobert_encoder(tmp_path):
     """A bare NeoBERT checkpoint (as `neoembed pretrain` leaves it) adapts and exports as an embedder that
     sentence-transformers loads."""

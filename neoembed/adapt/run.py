@@ -156,8 +156,9 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
 
         def training_pairs():
             made = make_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
-            # The general selection sets must be text the run does not train on (the selection refuses them).
-            made = without_texts(made, general_texts(settings))
+            # No evaluation query may be trained on, and the general selection sets must be text the run does
+            # not train on (the selection refuses them).
+            made = without_texts(made, corpus.guarded | general_texts(settings))
             if not (usable := enough(made, batch)):
                 counts = ", ".join(f"{method} {len(rows)}" for method, rows in made.items())
                 raise CorpusError(
@@ -171,9 +172,10 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
 
         def selection_pairs():
             held = make_pairs(corpus.selection, list(made), **options)
-            # A short query can recur across documents: a pair sharing a text with training would be
-            # choosing on trained text, which the selection split refuses.
-            return enough(without_texts(held, training_texts(out / PAIRS)), MIN_SELECTION), {}
+            # A short query can recur across documents: a pair sharing a text with training, or equal to an
+            # evaluation query, would be choosing on text the selection split refuses.
+            held = without_texts(held, corpus.guarded | training_texts(out / PAIRS))
+            return enough(held, MIN_SELECTION), {}
 
         selection = ensure_pairs(out / SELECTION, config, selection_pairs)
         write_json(out / REPORT, {"corpus": asdict(corpus.counts), "pairs": made})
