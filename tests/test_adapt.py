@@ -189,6 +189,10 @@ def test_no_pair_carries_an_evaluation_query(tmp_path, encoder):
     for made in ("pairs", "selection"):
         queries = {q.casefold() for rows in load_records(out / made).values() for q in rows["query"]}
         assert queries and not queries & guarded
+    # Pairs made under other guarded queries may carry one of the new ones: resuming on them is refused.
+    (tmp_path / "queries.txt").write_text("socket buffer\n")
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "holds pairs made from another corpus or other settings" in again.output
 
 
 def test_adapt_takes_a_neobert_encoder(tmp_path):

@@ -9,7 +9,7 @@ be those of an evaluation's corpus (FOLDOC's held-out definitions among them), a
 evaluations; what may never enter training is an evaluation's queries, or a pair linking one to its answer.
 Documents equal to a guarded query (FOLDOC's held-out terms, and the texts of `corpus.eval_texts` files) are
 left out and counted, and no pair method reads anything but the documents. A pseudo query can still come out
-equal to an evaluation's query (a one-word `terms` query is often a FOLDOC term): `Corpus.guarded` holds their
+equal to an evaluation's query (a one-word `terms` query is often a FOLDOC term): `Corpus.guard` holds their
 keys, and the adaptation drops every pair carrying one.
 """
 
@@ -49,7 +49,7 @@ class Corpus:
     train: list[str]  # documents pairs are made from
     selection: list[str]  # held-out documents whose pairs choose the WiSE-FT weight
     counts: CorpusCounts
-    guarded: frozenset[int]  # text keys of the evaluation queries no pair may carry
+    guard: LeakGuard  # the evaluation queries no document, and no pair, may carry
 
 
 def read_texts(path: Path, field: str = "text") -> list[str]:
@@ -154,4 +154,4 @@ def read_corpus(
     selected = [text for i, (_, text) in enumerate(kept) if i in held]
     leaked = {name: count for name, count in leaked.items() if count}
     counts = CorpusCounts(len(texts), len(train), len(selected), empty, short, duplicates, leaked)
-    return Corpus(train, selected, counts, guard.keys)
+    return Corpus(train, selected, counts, guard)

@@ -31,7 +31,7 @@ from neoembed.contrastive import (
     retrieval_set,
     run_contrastive,
 )
-from neoembed.data import text_key
+from neoembed.data import LeakGuard, text_key
 from neoembed.recipes import RecipeError
 from neoembed.run_files import write_json
 from neoembed.training import run_lock
@@ -47,8 +47,10 @@ class AdaptResult:
     training: ContrastiveResult
 
 
-def pair_config(settings: AdaptSettings) -> dict[str, Any]:
-    """What the pairs are made from: a change in any of it makes other pairs."""
+def pair_config(settings: AdaptSettings, guard: LeakGuard) -> dict[str, Any]:
+    """What the pairs are made from: a change in any of it makes other pairs. The guard's digest is part of
+    it: pairs made under other guarded queries (another eval_texts file's content, or before pairs were
+    guarded at all) may carry a query the run must not train on."""
     corpus = Path(settings.corpus.path).resolve()
     stat = corpus.stat()
     return {
@@ -57,6 +59,7 @@ def pair_config(settings: AdaptSettings) -> dict[str, Any]:
         "pairs": settings.pairs.model_dump(mode="json", exclude={"prompts", "alpha"}),
         "rows": training_rows(settings),
         "seed": settings.train.seed,
+        "guard": guard.digest,
     }
 
 
@@ -146,7 +149,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
     check_trainable(settings.model.base)  # before any work
     with run_lock(out):
         corpus = settings.corpus.read()
-        config, pairs = pair_config(settings), settings.pairs
+        config, pairs = pair_config(settings, corpus.guard), settings.pairs
         options = {
             "seed": settings.train.seed,
             "crop_ratio": pairs.crop_ratio,
@@ -158,7 +161,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
             made = make_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
             # No evaluation query may be trained on, and the general selection sets must be text the run does
             # not train on (the selection refuses them).
-            made = without_texts(made, corpus.guarded | general_texts(settings))
+            made = without_texts(made, corpus.guard.keys | general_texts(settings))
             if not (usable := enough(made, batch)):
                 counts = ", ".join(f"{method} {len(rows)}" for method, rows in made.items())
                 raise CorpusError(
@@ -174,7 +177,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
             held = make_pairs(corpus.selection, list(made), **options)
             # A short query can recur across documents: a pair sharing a text with training, or equal to an
             # evaluation query, would be choosing on text the selection split refuses.
-            held = without_texts(held, corpus.guarded | training_texts(out / PAIRS))
+            held = without_texts(held, corpus.guard.keys | training_texts(out / PAIRS))
             return enough(held, MIN_SELECTION), {}
 
         selection = ensure_pairs(out / SELECTION, config, selection_pairs)
