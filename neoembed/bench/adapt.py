@@ -211,13 +211,17 @@ def run(bench: AdaptBench) -> WrittenReport:
             differences += group.difference_rows(seeded)
             verdicts += goal_checks(group, seeded, runs)
     per_run = [run_row(label, scores, runs) for label in models]
+    # The baselines' settings as their modules define them (the runs' identities carry the same constants).
+    from neoembed.bench import st_baseline, tsdae_baseline
+
     notes = (
         f"{bench.seeds} seeds in {', '.join(bench.run_precisions())} on {bench.threads} CPU thread(s); neoembed adapt: "
-        f"the {bench.recipe} recipe; ST MNRL: MultipleNegativesRankingLoss with the library's trainer (lr 5e-5, "
-        "batch 64) on the adaptation's own pairs for as many steps, no selection split or WiSE-FT; ST TSDAE: "
-        "DenoisingAutoEncoderLoss (tied decoder, 60% of words deleted, lr "
-        "3e-5, batch 8, constant schedule) on the same documents for the minutes the adaptation's training took. "
-        "nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
+        f"the {bench.recipe} recipe; ST MNRL: MultipleNegativesRankingLoss with the library's trainer (lr "
+        f"{st_baseline.LEARNING_RATE:g}, batch {st_baseline.BATCH_SIZE}) on the adaptation's own pairs for as many "
+        "steps, no selection split or WiSE-FT; ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, "
+        f"{tsdae_baseline.DELETE_RATIO:.0%} of words deleted, lr {tsdae_baseline.LEARNING_RATE:g}, batch "
+        f"{tsdae_baseline.BATCH_SIZE}, constant schedule) on the same documents for the minutes the adaptation's "
+        "training took. nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
     )
     intervals = (
         "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
