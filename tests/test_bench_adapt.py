@@ -1,6 +1,6 @@
 """`neoembed bench adapt` end to end on a tiny model: both corpora written as a user would hand them over,
 per seed the adaptation, plain ST on its pairs and steps, and TSDAE on its documents and minutes, one mteb
-run, the report and its targets, reuse."""
+run, the report and its targets, reuse, and a run without the TSDAE baseline."""
 
 import json
 
@@ -58,3 +58,12 @@ def test_the_bench_adapts_and_reports_every_target(tmp_path, minilm_path):
     rerun = json.loads((out / "adapt.json").read_text())
     assert all(run["reused"] for run in rerun["runs"].values())
     assert rerun["scores"] == report["scores"]
+
+    # --baselines st: TSDAE is neither trained nor reported, and its target says it was not measured
+    only_st = CliRunner().invoke(app, [*args, "--baselines", "st"])
+    assert only_st.exit_code == 0, only_st.output
+    partial = json.loads((out / "adapt.json").read_text())
+    assert sorted(partial["runs"]) == sorted(n for n in names if "-tsdae-" not in n)
+    table_rows = [line for line in (out / "adapt.md").read_text().splitlines() if line.startswith("|")]
+    assert table_rows and not any("TSDAE" in line for line in table_rows)
+    assert sum("not measured (--baselines left TSDAE out)" in v for v in partial["verdicts"]) == 2

@@ -11,9 +11,9 @@ seeds, with paired intervals.
   -> description retrieval.
 - Forgetting: WordNet's held-out example -> definition and lemma -> definition, for every adapted model.
 Each adapted model is compared with the base, with ST MNRL given its pairs, seed and steps, and with TSDAE
-given the same corpus, seed and the minutes the adaptation's training took; one run is an anecdote: results
-are seed means with their spread, comparisons paired bootstraps over the queries of the seed-averaged scores
-(`significance.mean_of`).
+given the same corpus, seed and the minutes the adaptation's training took (`--baselines` leaves either out);
+one run is an anecdote: results are seed means with their spread, comparisons paired bootstraps over the
+queries of the seed-averaged scores (`significance.mean_of`).
 """
 
 from __future__ import annotations
@@ -140,12 +140,12 @@ def run_adaptation(settings) -> Adapted:
 
 
 def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> dict[Arm, Trained]:
-    """One seed of every method on `corpus`: the adaptation, then plain ST on its pairs for as many steps, and
-    TSDAE on its documents for as many minutes as its training took."""
+    """One seed on `corpus`: the adaptation, then the baselines asked for: plain ST on its pairs for as many
+    steps, and TSDAE on its documents for as many minutes as its training took."""
     from neoembed.adapt import PAIRS
     from neoembed.bench import st_baseline, tsdae_baseline
 
-    ours, plain, tsdae = (Arm(corpus.name, method, seed, precision) for method in METHODS)
+    ours = Arm(corpus.name, "adapt", seed, precision)
     run_dir = bench.out / ours.name
     settings = adapt_settings(bench, corpus, ours, run_dir)
     adapt_identity = {
@@ -153,33 +153,40 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
         "corpus": corpus.file.stat().st_size,
     }
     adapted = reuse_or_train(run_dir, adapt_identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
+    runs: dict[Arm, Trained] = {ours: adapted}
     max_length = settings.model.max_length
 
-    steps = Budget(adapted.steps, None, seed, precision)
-    st_dir = bench.out / plain.name
-    identity = {"base": bench.model, "pairs": adapt_identity, "budget": asdict(steps), "threads": bench.threads,
-                "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE]}  # fmt: skip
-    trained_st = reuse_or_train(
-        st_dir,
-        identity,
-        bench.fresh,
-        lambda: st_baseline.train(bench.model, run_dir / PAIRS, st_dir, st_dir / "model", steps, max_length),
-    )
+    if "st" in bench.baselines:
+        plain = Arm(corpus.name, "st", seed, precision)
+        steps = Budget(adapted.steps, None, seed, precision)
+        st_dir = bench.out / plain.name
+        identity = {"base": bench.model, "pairs": adapt_identity, "budget": asdict(steps), "threads": bench.threads,
+                    "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE]}  # fmt: skip
+        runs[plain] = reuse_or_train(
+            st_dir,
+            identity,
+            bench.fresh,
+            lambda: st_baseline.train(
+                bench.model, run_dir / PAIRS, st_dir, st_dir / "model", steps, max_length
+            ),
+        )
 
-    minutes = Budget(None, adapted.train_minutes, seed, precision)
-    tsdae_dir = bench.out / tsdae.name
-    identity = {"base": bench.model, "corpus": adapt_identity["corpus"], "budget": asdict(minutes), "threads": bench.threads,
-                "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
-    trained_tsdae = reuse_or_train(
-        tsdae_dir,
-        identity,
-        bench.fresh,
-        # The documents are read only when TSDAE trains: a reused run needs none.
-        lambda: tsdae_baseline.train(
-            bench.model, settings.corpus.read().train, tsdae_dir, tsdae_dir / "model", minutes, max_length
-        ),
-    )
-    return {ours: adapted, plain: trained_st, tsdae: trained_tsdae}
+    if "tsdae" in bench.baselines:
+        tsdae = Arm(corpus.name, "tsdae", seed, precision)
+        minutes = Budget(None, adapted.train_minutes, seed, precision)
+        tsdae_dir = bench.out / tsdae.name
+        identity = {"base": bench.model, "corpus": adapt_identity["corpus"], "budget": asdict(minutes), "threads": bench.threads,
+                    "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
+        runs[tsdae] = reuse_or_train(
+            tsdae_dir,
+            identity,
+            bench.fresh,
+            # The documents are read only when TSDAE trains: a reused run needs none.
+            lambda: tsdae_baseline.train(
+                bench.model, settings.corpus.read().train, tsdae_dir, tsdae_dir / "model", minutes, max_length
+            ),
+        )
+    return runs
 
 
 def run(bench: AdaptBench) -> WrittenReport:
@@ -214,14 +221,22 @@ def run(bench: AdaptBench) -> WrittenReport:
     # The baselines' settings as their modules define them (the runs' identities carry the same constants).
     from neoembed.bench import st_baseline, tsdae_baseline
 
+    baselines = {
+        "st": f"ST MNRL: MultipleNegativesRankingLoss with the library's trainer (lr {st_baseline.LEARNING_RATE:g}, "
+        f"batch {st_baseline.BATCH_SIZE}) on the adaptation's own pairs for as many steps, no selection split or "
+        "WiSE-FT",
+        "tsdae": f"ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, {tsdae_baseline.DELETE_RATIO:.0%} of words "
+        f"deleted, lr {tsdae_baseline.LEARNING_RATE:g}, batch {tsdae_baseline.BATCH_SIZE}, constant schedule) on "
+        "the same documents for the minutes the adaptation's training took",
+    }
+    setup = [
+        f"{bench.seeds} seed{'s' if bench.seeds > 1 else ''} in {', '.join(bench.run_precisions())} on "
+        f"{bench.threads} CPU thread(s)",
+        f"neoembed adapt: the {bench.recipe} recipe",
+        *(baselines[name] for name in bench.baselines),
+    ]
     notes = (
-        f"{bench.seeds} seeds in {', '.join(bench.run_precisions())} on {bench.threads} CPU thread(s); neoembed adapt: "
-        f"the {bench.recipe} recipe; ST MNRL: MultipleNegativesRankingLoss with the library's trainer (lr "
-        f"{st_baseline.LEARNING_RATE:g}, batch {st_baseline.BATCH_SIZE}) on the adaptation's own pairs for as many "
-        "steps, no selection split or WiSE-FT; ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, "
-        f"{tsdae_baseline.DELETE_RATIO:.0%} of words deleted, lr {tsdae_baseline.LEARNING_RATE:g}, batch "
-        f"{tsdae_baseline.BATCH_SIZE}, constant schedule) on the same documents for the minutes the adaptation's "
-        "training took. nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
+        "; ".join(setup) + ". nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
     )
     intervals = (
         "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
@@ -267,6 +282,10 @@ class Group:
     arms: list[Arm]
     base_row: str
 
+    def methods(self) -> list[str]:
+        """The methods run, in the report's order."""
+        return [method for method in METHODS if any(arm.method == method for arm in self.arms)]
+
     def labels(self, method: str | None) -> list[str]:
         """The run labels of `method` (None: the base)."""
         return [arm.label for arm in self.arms if arm.method == method] if method else [self.base_row]
@@ -276,9 +295,9 @@ class Group:
         scores = {label: seeded.scores[label] for label in (self.base_row, "BM25")}
         rows = [Row({"corpus": self.corpus.name, "model": label}, {c: row.get(t) for t, c in COLUMNS.items()})
                 for label, row in scores.items()]  # fmt: skip
-        for method, name in METHODS.items():
+        for method in self.methods():
             labels = self.labels(method)
-            model = f"{name} {self.precision} x {len(labels)}"
+            model = f"{METHODS[method]} {self.precision} x {len(labels)}"
             rows.append(
                 Row({"corpus": self.corpus.name, "model": model}, seeded.summary_cells(labels, self.base_row))
             )
@@ -294,6 +313,7 @@ class Group:
                 seeded.difference_cells(self.labels(method), self.labels(other)),
             )
             for method, other in COMPARISONS
+            if {method, other} - {None} <= set(self.methods())
         ]
 
 
@@ -309,12 +329,16 @@ def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) ->
     gains = [scores[arm.label][corpus.task] / base[corpus.task] - 1 for arm in adapted]
     mean_gain = sum(gains) / len(gains)
     versus_base = seeded.compare(group.labels("adapt"), group.labels(None)).get(corpus.task)
-    versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
+    ahead = f"{where}: ahead of ST TSDAE, interval above 0: "
+    if "tsdae" in group.methods():
+        versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
+        ahead += f"{difference_cell(versus_tsdae)} points: {met_text(above_zero(versus_tsdae))}"
+    else:
+        ahead += "not measured (--baselines left TSDAE out)"
     lines = [
         f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0: mean {mean_gain:+.2%}, "
         f"{difference_cell(versus_base)} points: {met_text(mean_gain >= GAIN and above_zero(versus_base))}",
-        f"{where}: ahead of ST TSDAE, interval above 0: {difference_cell(versus_tsdae)} points: "
-        f"{met_text(above_zero(versus_tsdae))}",
+        ahead,
     ]
     for task in FORGETTING:
         worst = min(scores[arm.label][task] / base[task] - 1 for arm in adapted)

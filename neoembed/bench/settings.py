@@ -318,6 +318,9 @@ class AdaptBench(BenchSettings):
     """The corpora adapted on: FOLDOC's definitions, Debian package descriptions."""
     packages: int = Field(10_000, ge=100)
     """Package descriptions in the second corpus."""
+    baselines: comma_separated(tuple[Literal["st", "tsdae"], ...]) = ("st", "tsdae")
+    """The sentence-transformers runs beside each adaptation: st (MNRL on its pairs for as many steps), tsdae
+    (TSDAE on its documents for as many minutes); leave one out to save its training time."""
     seeds: int = Field(3, ge=1)
     """Runs per method, corpus and precision, seeds 0..N-1: a result is their mean, with its spread."""
     precisions: comma_separated(tuple[Literal["fp32", "bf16"], ...]) = ()
