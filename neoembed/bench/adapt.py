@@ -318,7 +318,7 @@ class Group:
 
 
 def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) -> list[str]:
-    """The targets for one corpus and precision, each a sentence ending met or NOT met."""
+    """The targets for one corpus and precision, each a sentence ending met, NOT met or not measured."""
     adapted = [arm for arm in group.arms if arm.method == "adapt"]
     corpus, scores, base = group.corpus, seeded.scores, seeded.scores[group.base_row]
     where = f"{corpus.name} ({group.precision})"
