@@ -222,10 +222,10 @@ def run(bench: AdaptBench) -> WrittenReport:
     from neoembed.bench import st_baseline, tsdae_baseline
 
     baselines = {
-        "st": f"ST MNRL: MultipleNegativesRankingLoss with the library's trainer (lr {st_baseline.LEARNING_RATE:g}, "
+        "st": f"{METHODS['st']}: MultipleNegativesRankingLoss with the library's trainer (lr {st_baseline.LEARNING_RATE:g}, "
         f"batch {st_baseline.BATCH_SIZE}) on the adaptation's own pairs for as many steps, no selection split or "
         "WiSE-FT",
-        "tsdae": f"ST TSDAE: DenoisingAutoEncoderLoss (tied decoder, {tsdae_baseline.DELETE_RATIO:.0%} of words "
+        "tsdae": f"{METHODS['tsdae']}: DenoisingAutoEncoderLoss (tied decoder, {tsdae_baseline.DELETE_RATIO:.0%} of words "
         f"deleted, lr {tsdae_baseline.LEARNING_RATE:g}, batch {tsdae_baseline.BATCH_SIZE}, constant schedule) on "
         "the same documents for the minutes the adaptation's training took",
     }
@@ -304,6 +304,7 @@ class Group:
         return rows
 
     def difference_rows(self, seeded: SeedAverages) -> list[Row]:
+        run = set(self.methods())
         return [
             Row(
                 {
@@ -313,7 +314,7 @@ class Group:
                 seeded.difference_cells(self.labels(method), self.labels(other)),
             )
             for method, other in COMPARISONS
-            if {method, other} - {None} <= set(self.methods())
+            if {method, other} - {None} <= run
         ]
 
 
