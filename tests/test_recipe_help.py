@@ -37,7 +37,8 @@ def test_every_recipe_field_has_a_meaning_and_appears_in_the_help(verb):
     assert len(rows) > 25
 
 
-def test_the_help_shows_each_fields_value_in_the_chosen_recipe():
+def test_the_help_shows_each_fields_value_in_the_chosen_recipe(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no `neoembed pretrain` output here
     # contrastive-cpu sets loss.temperature 0.05 (the settings' default is 0.07) and leaves symmetric alone.
     result = runner.invoke(app, ["contrastive", "--recipe", "contrastive-cpu", "--help"], env=WIDE)
     assert result.exit_code == 0, result.output
@@ -49,10 +50,10 @@ def test_the_help_shows_each_fields_value_in_the_chosen_recipe():
     assert rows["--optim.betas"][1] == "[0.9, 0.95]"
     assert rows["--model.lora.r"][1] == "16", "an unset optional section shows what setting it gives"
     assert rows["--data.path"][1] == "runs/data/wordnet-manpages"
-    # Without a recipe: the settings' defaults, and required fields say so.
-    bare = help_rows(runner.invoke(app, ["contrastive", "--help"], env=WIDE).output)
-    assert bare["--loss.temperature"][1] == "0.07"
-    assert bare["--data.path"][1] == "(required)"
+    # Without --recipe: the recipe the command would choose here, named.
+    bare = runner.invoke(app, ["contrastive", "--help"], env=WIDE).output
+    assert "Values from recipe contrastive-cpu" in bare
+    assert help_rows(bare)["--loss.temperature"][1] == "0.05"
 
 
 def test_the_help_groups_fields_by_section():

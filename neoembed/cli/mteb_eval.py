@@ -78,9 +78,13 @@ def _print_summary(report, out_dir: Path) -> None:
     exclude=("protocol.prompts",),
 )
 def mteb_eval(settings: MtebEvalSettings) -> None:
-    """Evaluate models on MTEB tasks under one protocol; cached per model and task, resumable."""
+    """Evaluate models on MTEB tasks under one protocol; cached per model and task, resumable. With no -m, what
+    `neoembed contrastive` exported here beside its base and bm25; with no tasks, the offline neoembed-local."""
     from neoembed.evaluation import resolve_models, run_evaluation, select_tasks, use_local_datasets
+    from neoembed.workflow import announce, eval_choices
 
+    settings, choices = eval_choices(settings)
+    console.print(announce("mteb-eval", choices), markup=False, soft_wrap=True)
     if settings.threads:
         import torch
 

@@ -31,6 +31,7 @@ from neoembed.cli.recipe_fields import RecipeBinding, RecipeCommand
 from neoembed.errors import InputError
 from neoembed.packaged import recipe_names, resolve_recipe
 from neoembed.recipes import apply_overrides, describe_validation_error, load_recipe, parse_overrides
+from neoembed.workflow import RecipeChoice
 
 # How recipe verbs are registered: `--section.field value` overrides beyond their declared options, and a
 # help that lists every recipe field.
@@ -95,40 +96,56 @@ def options_from(
 def recipe_options(
     settings_cls: type[BaseModel],
     *,
-    default_recipe: str | None = None,
+    default_recipe: str | typing.Callable[[], str] | None = None,
     shortcuts: typing.Sequence[Flag] = (),
 ):
     """Give the command `--recipe`, `--section.field value` overrides and shortcut flags for recipe fields.
 
-    Register the command with `**RECIPE_COMMAND`, so the overrides reach it and its help lists every field."""
+    `default_recipe` is the recipe run without `--recipe`: a name, or a function choosing one (from what
+    earlier commands left, `neoembed.workflow`); None: `--recipe` is required. A command with a `recipe`
+    parameter receives the `RecipeChoice` it runs. Register the command with `**RECIPE_COMMAND`, so the
+    overrides reach it and its help lists every field."""
 
     def decorate(command):
         required = default_recipe is None
+        if required:
+            default_text = ""
+        elif isinstance(default_recipe, str):
+            default_text = f" Default: {default_recipe}."
+        else:
+            default_text = " Default: chosen from what is here, and named on the first line."
         recipe = inspect.Parameter(
             "recipe",
             inspect.Parameter.KEYWORD_ONLY,
-            default=... if required else default_recipe,
+            # Left out, the option is None, so the command knows the default was chosen for it.
+            default=... if required else None,
             annotation=Annotated[
-                str,
+                typing.Optional[str],  # noqa: UP045 (a type built at run time)
                 typer.Option(
                     "--recipe",
-                    help="A recipe: a packaged name (" + ", ".join(recipe_names()) + ") or a YAML file.",
-                    show_default=not required,
+                    help=f"A recipe: a packaged name ({', '.join(recipe_names())}) or a YAML file.{default_text}",
+                    show_default=False,
                 ),
             ],
         )
         context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
         # Shortcuts default to None: unset, the recipe's value stands.
         options = [_option(flag, _field(settings_cls, flag.field)) for flag in shortcuts]
+        wants_choice = "recipe" in inspect.signature(command).parameters
 
         def build(values: dict[str, Any]) -> BaseModel:
             given = {f.field: values.pop(f.python_name) for f in shortcuts}
             overrides = {path: value for path, value in given.items() if value is not None}
             overrides.update(parse_overrides(values.pop("ctx").args))
-            return load_recipe(resolve_recipe(values.pop("recipe")), settings_cls, overrides)
+            name = values.pop("recipe")
+            choice = RecipeChoice(name, given=True) if name else RecipeChoice(binding.default(), given=False)
+            if wants_choice:
+                values["recipe"] = choice
+            return load_recipe(resolve_recipe(choice.name), settings_cls, overrides)
 
-        run = _wrap(command, [context, recipe, *options], build)
-        run.recipe_binding = RecipeBinding(settings_cls, default_recipe)
+        binding = RecipeBinding(settings_cls, default_recipe)
+        run = _wrap(command, [context, recipe, *options], build, injected=("settings", "recipe"))
+        run.recipe_binding = binding
         return run
 
     return decorate
@@ -155,9 +172,13 @@ def validate_options(settings_cls: type[BaseModel], data: dict, flags: typing.Se
 # Signature generation ------------------------------------------------------------------------------------
 
 
-def _wrap(command, options: list[inspect.Parameter], build) -> typing.Callable:
-    """`command(settings, **rest)` behind a function whose signature is its other parameters plus `options`."""
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "settings"]
+def _wrap(
+    command, options: list[inspect.Parameter], build, injected: tuple[str, ...] = ("settings",)
+) -> typing.Callable:
+    """`command(settings, **rest)` behind a function whose signature is its other parameters (less those
+    `build` supplies, `injected`) plus `options`."""
+    parameters = inspect.signature(command, eval_str=True).parameters.values()
+    own = [p for p in parameters if p.name not in injected]
 
     @functools.wraps(command)
     def run(**values):

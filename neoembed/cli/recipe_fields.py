@@ -44,7 +44,12 @@ class RecipeBinding:
     """What a recipe verb validates its recipe into; `recipe_options` attaches it to the command."""
 
     settings_cls: type[BaseModel]
-    default_recipe: str | None
+    default_recipe: str | typing.Callable[[], str] | None
+
+    def default(self) -> str | None:
+        """The recipe run without `--recipe` (chosen now where a function chooses it)."""
+        recipe = self.default_recipe
+        return recipe() if callable(recipe) else recipe
 
 
 def recipe_values(settings_cls: type[BaseModel], recipe: str | Path) -> dict[str, Any]:
@@ -142,7 +147,7 @@ class RecipeCommand(TyperCommand):
     def format_help(self, ctx, formatter) -> None:
         super().format_help(ctx, formatter)
         binding: RecipeBinding = self.callback.recipe_binding
-        recipe = _recipe_argument(ctx.meta.get("neoembed.raw_args", [])) or binding.default_recipe
+        recipe = _recipe_argument(ctx.meta.get("neoembed.raw_args", [])) or binding.default()
         values, source = None, "the settings' defaults"
         if recipe is not None:
             try:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, model_validator
 
-from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES
+from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES, BuildConfig
 from neoembed.recipes import StrictSettings
 from neoembed.training import OptimSettings, TrainSettings
 
@@ -24,6 +24,9 @@ class PromptSettings(StrictSettings):
 class DataSettings(StrictSettings):
     path: str
     """A finished `neoembed build-data` output directory."""
+    build: BuildConfig | None = None
+    """How `neoembed contrastive` builds data.path where it is missing: `neoembed build-data` fields (sources,
+    max_rows, mine, ...), its output being data.path; None: a missing build is an error."""
     sources: list[str] | None = None
     """Sources of the build to train on; None: every source."""
     alpha: float = Field(default=0.5, ge=0.0)
@@ -34,6 +37,12 @@ class DataSettings(StrictSettings):
     """Rows read per source (quick runs); None: all."""
     prompts: dict[str, PromptSettings] = Field(default_factory=dict)
     """Instruction prompts by source name or `default`: {name: {query: ..., document: ...}}."""
+
+    @model_validator(mode="after")
+    def _build_writes_path(self):
+        if self.build is not None and self.build.out is not None:
+            raise ValueError("data.build writes data.path: leave its `out` unset")
+        return self
 
 
 class LoraSettings(StrictSettings):

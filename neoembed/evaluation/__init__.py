@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     )
     from .summary import to_markdown as to_markdown
     from .tasks import (
+        LOCAL_BENCHMARK as LOCAL_BENCHMARK,
         select_tasks as select_tasks,
         task_types as task_types,
         use_local_datasets as use_local_datasets,

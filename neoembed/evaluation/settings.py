@@ -15,14 +15,14 @@ from neoembed.recipes import StrictSettings, comma_separated
 class MtebEvalSettings(StrictSettings):
     model_config = ConfigDict(frozen=True)
 
-    models: tuple[str, ...] = Field((), min_length=1)
+    models: tuple[str, ...] = ()
     """Repeatable. A sentence-transformers dir or hub id, 'minilm', a transformers encoder dir or hub id
-    (pooled per --pooling), or 'bm25'."""
+    (pooled per --pooling), or 'bm25'; none: what `neoembed contrastive` exported here, its base, and bm25."""
     tasks: comma_separated(tuple[str, ...]) = ()
     """Comma-separated task names (local WordNet tasks or mteb tasks)."""
     benchmark: str | None = None
     """An mteb benchmark: 'MTEB(eng, v2)' (current English leaderboard), 'MTEB(eng, v1)' (the NeoBERT paper's),
-    ... or 'neoembed-local'."""
+    ... or 'neoembed-local' (offline; the default with no --tasks or --task-types)."""
     task_types: comma_separated(tuple[str, ...]) = ()
     """Comma-separated types (Retrieval,STS,...): filters the selection (alone: MTEB(eng, v2))."""
     output: Path = Path("runs/mteb")

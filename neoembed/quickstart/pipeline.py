@@ -5,9 +5,9 @@ Every step runs the same `neoembed` command a user would type, under one run dir
 1. `build-data`   WordNet and manual-page training pairs (no mined negatives: the recipe uses none)
 2. `pretrain`     a small NeoBERT, masked language modelling on WordNet text (the packaged pretrain-cpu recipe:
                   its word embeddings start from all-MiniLM-L6-v2's token embeddings)
-3. `contrastive`  that NeoBERT fine-tuned with InfoNCE plus distillation of all-MiniLM-L6-v2's in-batch scores
-                  into `neobert-embed`
-4. `contrastive`  all-MiniLM-L6-v2 fine-tuned by the contrastive-cpu recipe as it ships into `minilm-embed`
+3. `contrastive`  that NeoBERT fine-tuned by the contrastive-neobert-cpu recipe (InfoNCE plus distillation of
+                  all-MiniLM-L6-v2's in-batch scores) into `neobert-embed`
+4. `contrastive`  all-MiniLM-L6-v2 fine-tuned by the contrastive-cpu recipe into `minilm-embed`
 5. `mteb-eval`    base and fine-tuned models and bm25 on the held-out WordNet tasks and FOLDOC, one table
 6. `index build`  a FAISS index of WordNet glosses embedded by the fine-tuned MiniLM, then `search`
 7. a fresh Python process loads `SentenceTransformer("neobert-embed")`
@@ -35,11 +35,11 @@ from neoembed.quickstart.examples import LOAD_SNIPPET, SearchedQuery, search_que
 from neoembed.quickstart.steps import Ran, Step, command_line, printed_lines, run_command, run_steps
 from neoembed.quickstart.summary import format_searches, write_summary
 from neoembed.recipes import StrictSettings, override_args
+from neoembed.workflow import MINILM_RECIPE, NEOBERT_RECIPE
 
 # The build's sources: the manual pages (technical prose) keep the fine-tuned MiniLM above its base on FOLDOC,
 # which WordNet alone does not in 2 seeds of 3 (docs/benchmarks/quickstart.md, issue 47).
 SOURCES = ("wordnet", "manpages")
-FINE_TUNE_RECIPE = "contrastive-cpu"
 LOCAL_TASKS = (
     "WordNetExampleDefinitionRetrieval",
     "WordNetDefinitionRetrieval",
@@ -87,9 +87,6 @@ class Sizes:
     pretrain_steps: int | None = None  # None: the recipe's
     neobert_steps: int = 400
     neobert_batch_size: int = 64  # rows per contrastive step; every text in a batch distinct
-    neobert_lr: float = 1e-3  # a small, briefly pretrained model needs a larger step than a mature one
-    # The small NeoBERT also learns the teacher's in-batch score distribution (loss.distill); None: InfoNCE only.
-    neobert_teacher: str | None = "minilm"
     minilm_steps: int = 100
     minilm_batch_size: int = 32
     tasks: tuple[str, ...] = LOCAL_TASKS
@@ -152,7 +149,7 @@ class Quickstart:
             ),
             self._step(
                 "minilm-embed",
-                "fine-tune all-MiniLM-L6-v2 with the contrastive-cpu recipe",
+                f"fine-tune all-MiniLM-L6-v2 with the {MINILM_RECIPE} recipe",
                 self.fine_tune_minilm,
                 ContrastiveResult,
             ),
@@ -231,24 +228,22 @@ class Quickstart:
         return Pretrained(str(model), held_out)
 
     def fine_tune_neobert(self, run_dir: Path) -> ContrastiveResult:
-        base = run_dir / "neobert-pretrained"
-        extra = override_args(ContrastiveSettings, (lambda r: r.optim.lr, self.sizes.neobert_lr))
-        if teacher := self.sizes.neobert_teacher:
-            extra += override_args(
-                ContrastiveSettings, (lambda r: r.loss.distill, f"{{teacher: {teacher}, target: scores}}")
-            )
-        sizes = self.sizes
-        return self._fine_tune("neobert-embed", base, sizes.neobert_steps, sizes.neobert_batch_size, extra)
+        base, sizes = run_dir / "neobert-pretrained", self.sizes
+        return self._fine_tune(
+            "neobert-embed", NEOBERT_RECIPE, base, sizes.neobert_steps, sizes.neobert_batch_size
+        )
 
     def fine_tune_minilm(self, run_dir: Path) -> ContrastiveResult:
         sizes = self.sizes
-        return self._fine_tune("minilm-embed", "minilm", sizes.minilm_steps, sizes.minilm_batch_size, [])
+        return self._fine_tune(
+            "minilm-embed", MINILM_RECIPE, "minilm", sizes.minilm_steps, sizes.minilm_batch_size
+        )
 
-    def _fine_tune(self, name: str, base, steps: int, batch_size: int, extra: list) -> ContrastiveResult:
+    def _fine_tune(self, name: str, recipe: str, base, steps: int, batch_size: int) -> ContrastiveResult:
         out = self.run_dir / "contrastive" / name
         save_every = max(1, steps // 2)
         log_every = math.gcd(10, save_every)  # the recipe logs every 10 steps; each save must be a log step
-        args = ["contrastive", "--recipe", FINE_TUNE_RECIPE, "--steps", steps]
+        args = ["contrastive", "--recipe", recipe, "--steps", steps]
         args += override_args(
             ContrastiveSettings,
             (lambda r: r.model.base, base),
@@ -262,7 +257,7 @@ class Quickstart:
             # No held-out scoring inside the run: the evaluate step scores every model on the same sets and more.
             (lambda r: r.eval.sets, "[]"),
         )
-        self._run([*args, *extra])
+        self._run(args)
         return ContrastiveResult.read(out / "summary.json")
 
     def evaluate(self, run_dir: Path) -> Evaluated:
@@ -309,4 +304,4 @@ def run_quickstart(run_dir: Path, sizes: Sizes = DEFAULT, console: Console | Non
     """Run every step under `run_dir` (resuming finished ones); write and print summary.md; return its path."""
     console = console or Console(soft_wrap=True)  # long commands and titles stay on one line
     results = run_steps(Quickstart(run_dir, sizes, console).steps(), run_dir, console)
-    return write_summary(run_dir, results, FINE_TUNE_RECIPE, console)
+    return write_summary(run_dir, results, console)

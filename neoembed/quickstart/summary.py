@@ -11,6 +11,7 @@ from neoembed.embedder import MINILM_ALIASES
 from neoembed.quickstart.examples import SearchedQuery
 from neoembed.quickstart.steps import Finished
 from neoembed.training import CURVES_FILE, recorded_recipe
+from neoembed.workflow import MINILM_RECIPE, NEOBERT_RECIPE
 
 
 def format_searches(searches: list[SearchedQuery], shown: int = 3) -> str:
@@ -36,7 +37,11 @@ def _curves_link(run: str) -> str:
 
 
 # The fine-tuned columns of the table, each beside its base.
-FINE_TUNED = (("neobert-embed", "neobert-pretrained"), ("minilm-embed", "all-MiniLM-L6-v2"))
+# Each fine-tuned column: its name, its base column, the packaged recipe that trained it.
+FINE_TUNED = (
+    ("neobert-embed", "neobert-pretrained", NEOBERT_RECIPE),
+    ("minilm-embed", "all-MiniLM-L6-v2", MINILM_RECIPE),
+)
 
 
 def describe_fine_tune(run_dir: Path, name: str, base: str, recipe_name: str) -> str:
@@ -80,7 +85,7 @@ def _pairs(rows: dict[str, int]) -> str:
     return " + ".join(f"{source} {count:,}" for source, count in rows.items())
 
 
-def _sections(results: dict[str, Finished], run_dir: Path, recipe: str) -> list[tuple[str, list[str]]]:
+def _sections(results: dict[str, Finished], run_dir: Path) -> list[tuple[str, list[str]]]:
     data, pretrain, index = results["data"].result, results["pretrain"].result, results["index"].result
     manifest, tuning = index.manifest, index.manifest["tuning"]
     losses = ", ".join(f"step {step}: {loss}" for step, loss in pretrain.heldout_loss)
@@ -108,7 +113,7 @@ def _sections(results: dict[str, Finished], run_dir: Path, recipe: str) -> list[
                     f"{_curves_link(f'contrastive/{name}')}."
                 ],
             )
-            for name, base in FINE_TUNED
+            for name, base, _ in FINE_TUNED
         ),
         (
             "evaluate",
@@ -118,7 +123,10 @@ def _sections(results: dict[str, Finished], run_dir: Path, recipe: str) -> list[
                 "",
                 results["evaluate"].result.table,
                 "",
-                *(f"- {describe_fine_tune(run_dir, name, base, recipe)}" for name, base in FINE_TUNED),
+                *(
+                    f"- {describe_fine_tune(run_dir, name, base, recipe)}"
+                    for name, base, recipe in FINE_TUNED
+                ),
             ],
         ),
         (
@@ -154,8 +162,8 @@ def _sections(results: dict[str, Finished], run_dir: Path, recipe: str) -> list[
     ]
 
 
-def write_summary(run_dir: Path, results: dict[str, Finished], recipe: str, console: Console) -> Path:
-    """Write summary.md under `run_dir`, print it, and return its path; `recipe` is the fine-tunes' recipe."""
+def write_summary(run_dir: Path, results: dict[str, Finished], console: Console) -> Path:
+    """Write summary.md under `run_dir`, print it, and return its path."""
     minutes = sum(record.seconds for record in results.values()) / 60
     lines = [
         "# neoembed quickstart",
@@ -163,7 +171,7 @@ def write_summary(run_dir: Path, results: dict[str, Finished], recipe: str, cons
         f"Run directory `{run_dir}`; the steps took {minutes:.1f} min in all (re-runs skip finished steps).",
         "",
     ]
-    for number, (name, body) in enumerate(_sections(results, run_dir, recipe), start=1):
+    for number, (name, body) in enumerate(_sections(results, run_dir), start=1):
         record = results[name]
         lines += [f"## {number}. {name} ({record.seconds:.0f} s)", ""]
         lines += ["```", *record.commands, "```", ""] if record.commands else []

@@ -1,0 +1,200 @@
+"""What the design card's lines choose when typed with no flags, and the first line that says so.
+
+    neoembed pretrain                  pretrain-cpu: a 4 x 128 NeoBERT on WordNet -> runs/pretrain-cpu/final
+    neoembed contrastive --steps 2000  contrastive-neobert-cpu on that NeoBERT where it exists, else
+                                       contrastive-cpu on the packaged MiniLM; either builds the data its
+                                       recipe reads first where it is missing (`data.build`)
+    neoembed mteb-eval                 the exports those recipes wrote here, each beside its base, and bm25,
+                                       on the offline benchmark neoembed-local
+    SentenceTransformer("neobert-embed")   the export, ./neobert-embed
+
+Every choice is read from the packaged recipes (their output and export paths), never retyped here. Each
+command's first line names what it chose and the flag that chooses otherwise (`announce`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from neoembed.contrastive import ContrastiveSettings
+from neoembed.errors import InputError
+from neoembed.packaged import resolve_recipe
+from neoembed.pretrain import PretrainSettings
+from neoembed.recipes import load_recipe
+
+if TYPE_CHECKING:
+    from neoembed.data import BuildConfig
+    from neoembed.evaluation import MtebEvalSettings
+
+PRETRAIN_RECIPE = "pretrain-cpu"  # `neoembed pretrain`; --recipe neobert-stage1 is the paper's
+NEOBERT_RECIPE = "contrastive-neobert-cpu"  # `neoembed contrastive` after `neoembed pretrain`
+MINILM_RECIPE = "contrastive-cpu"  # `neoembed contrastive` with no pretrained NeoBERT here
+CONTRASTIVE_RECIPES = (NEOBERT_RECIPE, MINILM_RECIPE)  # whose exports `neoembed mteb-eval` looks for
+
+
+@dataclass(frozen=True)
+class RecipeChoice:
+    """The recipe a recipe verb runs: the one named by --recipe, or the verb's default."""
+
+    name: str
+    given: bool  # named by --recipe
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One thing a command chose, why, and the flag that chooses otherwise."""
+
+    what: str  # recipe, model, data, output, ...
+    value: str
+    flag: str
+    why: str = ""
+
+    def __str__(self) -> str:
+        why = f"{self.why}; " if self.why else ""
+        return f"{self.what} {self.value} ({why}{self.flag})"
+
+
+def announce(verb: str, choices: list[Choice]) -> str:
+    """The command's first line: `neoembed VERB: recipe R (why; --recipe ...); model M (--model.base); ...`."""
+    return f"neoembed {verb}: " + "; ".join(map(str, choices))
+
+
+def pretrain_output(settings: PretrainSettings) -> Path:
+    """The model directory a pretraining run leaves (the trainer writes `<output_dir>/final`)."""
+    return Path(settings.train.output_dir) / "final"
+
+
+def default_pretrained() -> Path:
+    """Where `neoembed pretrain`, typed with no flags, leaves its model."""
+    return pretrain_output(_load(PRETRAIN_RECIPE, PretrainSettings))
+
+
+def default_contrastive_recipe() -> str:
+    """contrastive-neobert-cpu where `neoembed pretrain` has left its model here, else contrastive-cpu."""
+    return NEOBERT_RECIPE if default_pretrained().is_dir() else MINILM_RECIPE
+
+
+def export_path(settings: ContrastiveSettings) -> Path:
+    """The sentence-transformers directory a contrastive run exports."""
+    return Path(settings.export.path or Path(settings.train.output_dir) / "neobert-embed")
+
+
+def pretrain_choices(settings: PretrainSettings, recipe: RecipeChoice) -> list[Choice]:
+    why = "" if recipe.given else "the default"
+    config = settings.model.config
+    shape = f"{config['num_hidden_layers']} x {config['hidden_size']}" if config else "28 x 768 (the paper's)"
+    return [
+        Choice("recipe", recipe.name, "--recipe neobert-stage1 for the paper's 250M", why),
+        Choice("model", f"NeoBERT {shape}", "--model.config"),
+        Choice("data", _corpus_text(settings), "--corpus.files, --corpus.dataset"),
+        Choice("output", str(pretrain_output(settings)), "--train.output_dir"),
+    ]
+
+
+def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> list[Choice]:
+    if recipe.given:
+        why = ""
+    elif recipe.name == NEOBERT_RECIPE:
+        why = f"{default_pretrained()} is here, from `neoembed pretrain`"
+    else:
+        why = f"no {default_pretrained()} here to fine-tune"
+    other = MINILM_RECIPE if recipe.name == NEOBERT_RECIPE else NEOBERT_RECIPE
+    data = Path(settings.data.path)
+    missing = not (data / "stats.json").is_file()
+    return [
+        Choice("recipe", recipe.name, f"--recipe {other}, contrastive-neobert for the paper's", why),
+        Choice("model", settings.model.base, "--model.base"),
+        Choice("data", str(data), "--data.path", "missing: built first" if missing else ""),
+        Choice("steps", str(settings.train.max_steps), "--steps"),
+        Choice("output", str(export_path(settings)), "--export.path"),
+    ]
+
+
+def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> None:
+    """Build the recipe's data where it is missing, as `data.build` says; a missing build with no
+    `data.build` is left to the trainer's error, which names the directory."""
+    from neoembed.data import build
+    from neoembed.evaluation import benchmark_texts
+
+    out = Path(settings.data.path)
+    config = settings.data.build
+    if (out / "stats.json").is_file() or config is None:
+        return
+    config = config.model_copy(update={"out": out})
+    echo(f"building {out} first: {build_command(config)}")
+    result = build(config, benchmark=benchmark_texts(config.eval_benchmark, config.eval_benchmark_missing))
+    echo(f"wrote {result.rows_out} rows from {result.rows_read} read to {out}")
+
+
+def build_command(config: BuildConfig) -> str:
+    """The `neoembed build-data` line that builds what `config` builds: its fields that differ from the
+    library's defaults, each as the option `build-data` binds it to (a nested field by its leaf name)."""
+    parts = ["neoembed build-data"]
+    for name, value in _leaves(config.model_dump(exclude_defaults=True, mode="json")):
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, list):
+            parts.append(f"{flag} {','.join(map(str, value))}")
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
+def eval_choices(settings: MtebEvalSettings) -> tuple[MtebEvalSettings, list[Choice]]:
+    """`settings` with the card's defaults filled in where the command line gave no models or tasks: the
+    exports the default contrastive recipes wrote here, each with the base its recipe names, then bm25; the
+    offline benchmark."""
+    from neoembed.evaluation import LOCAL_BENCHMARK  # loads mteb: only where it evaluates
+
+    update, choices = {}, []
+    if not settings.models:
+        models = []
+        for name in CONTRASTIVE_RECIPES:
+            recipe = _load(name, ContrastiveSettings)
+            if export_path(recipe).is_dir():
+                models += [str(export_path(recipe)), recipe.model.base]
+        if not models:
+            raise InputError(
+                "no model to evaluate: give -m MODEL, or run `neoembed contrastive` here first (it exports "
+                + " or ".join(str(export_path(_load(n, ContrastiveSettings))) for n in CONTRASTIVE_RECIPES)
+                + ")",
+                param="--model",
+            )
+        update["models"] = (*dict.fromkeys(models), "bm25")
+        choices.append(
+            Choice("models", ", ".join(update["models"]), "-m", "what `neoembed contrastive` wrote here")
+        )
+    else:
+        choices.append(Choice("models", ", ".join(settings.models), "-m"))
+    if not (settings.tasks or settings.benchmark or settings.task_types):
+        update["benchmark"] = LOCAL_BENCHMARK
+        choices.append(
+            Choice("benchmark", LOCAL_BENCHMARK, '--benchmark "MTEB(eng, v1)" for the paper\'s', "offline")
+        )
+    choices.append(Choice("output", str(settings.output), "-o"))
+    return settings.model_copy(update=update), choices
+
+
+def _leaves(values: dict) -> list[tuple[str, object]]:
+    return [
+        leaf
+        for name, value in values.items()
+        for leaf in (_leaves(value) if isinstance(value, dict) else [(name, value)])
+    ]
+
+
+def _corpus_text(settings: PretrainSettings) -> str:
+    corpus = settings.corpus
+    if corpus.wordnet:
+        return "WordNet's training synsets"
+    if corpus.dataset:
+        return corpus.dataset
+    return ", ".join(corpus.files)
+
+
+def _load(name: str, settings_cls):
+    return load_recipe(resolve_recipe(name), settings_cls)

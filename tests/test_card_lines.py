@@ -1,0 +1,101 @@
+"""The design card's lines as a user types them, in order, in an empty folder (smoke sizes: only flags that set
+sizes are added), and what each chooses when typed with no flags."""
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from neoembed.cli import app
+from neoembed.workflow import MINILM_RECIPE, NEOBERT_RECIPE, default_contrastive_recipe, default_pretrained
+
+runner = CliRunner()
+
+# Flags that only make each line small; none chooses a recipe, a model, data or an output.
+SMOKE = {
+    "pretrain": [
+        *("--train.max_steps", "4", "--train.eval_steps", "4"),
+        *("--train.save_steps", "4", "--train.log_steps", "4"),
+    ],
+    "contrastive": [
+        *("--data.build.max_rows", "100", "--train.batch_size", "8"),
+        *("--train.save_steps", "2", "--train.log_steps", "2", "--eval.sets", "[]"),
+    ],
+    "mteb-eval": ["-t", "WordNetDefinitionRetrieval"],
+}
+LOAD = 'from sentence_transformers import SentenceTransformer; import neoembed; print(SentenceTransformer("neobert-embed").encode(["a dog"]).shape)'
+
+
+def neoembed(cwd, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "neoembed", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def card_folder(tmp_path_factory):
+    """An empty folder in which the four lines ran in order; their outputs."""
+    folder = tmp_path_factory.mktemp("card")
+    outputs = {
+        "pretrain": neoembed(folder, "pretrain", *SMOKE["pretrain"]),
+        "contrastive": neoembed(folder, "contrastive", "--steps", "2", *SMOKE["contrastive"]),
+        "mteb-eval": neoembed(folder, "mteb-eval", *SMOKE["mteb-eval"]),
+    }
+    return folder, outputs
+
+
+def test_pretrain_says_it_chose_the_small_neobert_on_wordnet(card_folder):
+    folder, outputs = card_folder
+    first = outputs["pretrain"].splitlines()[0]
+    assert first.startswith("neoembed pretrain: recipe pretrain-cpu (the default; --recipe neobert-stage1")
+    assert "data WordNet's training synsets" in first and "output runs/pretrain-cpu/final" in first
+    assert (folder / default_pretrained() / "model.safetensors").is_file()
+
+
+def test_contrastive_fine_tunes_that_neobert_on_the_data_it_builds(card_folder):
+    folder, outputs = card_folder
+    lines = outputs["contrastive"].splitlines()
+    assert lines[0].startswith(
+        f"neoembed contrastive: recipe {NEOBERT_RECIPE} (runs/pretrain-cpu/final is here"
+    )
+    assert "model runs/pretrain-cpu/final (--model.base)" in lines[0]
+    assert "data runs/data/wordnet-manpages (missing: built first; --data.path)" in lines[0]
+    assert "steps 2 (--steps)" in lines[0] and "output neobert-embed (--export.path)" in lines[0]
+    assert lines[1].startswith("building runs/data/wordnet-manpages first: neoembed build-data")
+    assert (folder / "runs/data/wordnet-manpages/stats.json").is_file()
+    assert "exported: neobert-embed" in outputs["contrastive"]
+
+
+def test_mteb_eval_scores_the_export_beside_its_base_and_bm25(card_folder):
+    folder, outputs = card_folder
+    first = outputs["mteb-eval"].splitlines()[0]
+    assert first.startswith("neoembed mteb-eval: models neobert-embed, runs/pretrain-cpu/final, bm25")
+    table = outputs["mteb-eval"]
+    for label in ("neobert-embed", "final", "bm25"):
+        assert label in table
+
+
+def test_a_retrieval_app_loads_neobert_embed_from_that_folder(card_folder):
+    folder, _ = card_folder
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD], cwd=folder, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "(1, 128)"
+
+
+def test_contrastive_picks_minilm_where_no_neobert_was_pretrained(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert default_contrastive_recipe() == MINILM_RECIPE
+    (tmp_path / default_pretrained()).mkdir(parents=True)
+    assert default_contrastive_recipe() == NEOBERT_RECIPE
+
+
+def test_mteb_eval_with_nothing_trained_here_names_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["mteb-eval"])
+    assert result.exit_code == 2
+    assert "run `neoembed contrastive` here first" in result.output
+    assert "neobert-embed or minilm-embed" in result.output
