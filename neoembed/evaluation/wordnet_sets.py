@@ -7,6 +7,7 @@ evaluates.
 
 from __future__ import annotations
 
+import functools
 import random
 
 from neoembed.data import Synset, load_synsets, split_of
@@ -14,6 +15,7 @@ from neoembed.data import Synset, load_synsets, split_of
 SEED = 0
 
 
+@functools.cache  # every WordNet task and held-out set asks; the split hashes all 117k synset ids
 def heldout_synsets() -> tuple[Synset, ...]:
     """The held-out synsets in a fixed pseudo-random order (same on every machine)."""
     synsets = sorted((s for s in load_synsets() if split_of(s.id) == "heldout"), key=lambda s: s.id)
