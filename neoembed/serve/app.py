@@ -15,7 +15,7 @@ from neoembed.serve.middleware import (
     RequestMetricsMiddleware,
     UnexpectedErrorMiddleware,
 )
-from neoembed.serve.routes import ROUTES, router
+from neoembed.serve.routes import route_paths, router
 from neoembed.serve.settings import ServeSettings
 from neoembed.serve.state import build_state
 
@@ -51,6 +51,6 @@ def create_app(settings: ServeSettings) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
-    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics, routes=ROUTES)  # sees 401s
+    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics, routes=route_paths())  # sees 401s
     app.add_middleware(UnexpectedErrorMiddleware)
     return app

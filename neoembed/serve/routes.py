@@ -32,9 +32,13 @@ from neoembed.serve.schemas import (
 )
 from neoembed.serve.state import ServerState
 
-ROUTES = frozenset({"/", "/v1/embeddings", "/embed", "/search", "/tokenize", "/info", "/health", "/metrics"})
-
 router = APIRouter()
+
+
+def route_paths() -> frozenset[str]:
+    """Every path the router serves, read from the router itself: the labels request metrics are filed
+    under (any other path counts as "other"), so a new route is counted under its own name."""
+    return frozenset(route.path for route in router.routes)
 
 
 def server_state(request: Request) -> ServerState:
