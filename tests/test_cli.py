@@ -1,5 +1,7 @@
 """The command line: listed verbs, info and encode (the quickstart has tests/test_quickstart.py)."""
 
+import re
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -22,6 +24,9 @@ def test_info_reports_versions_device_and_backends():
     assert "torch" in result.output and "transformers" in result.output
     assert "unpadded: sdpa per sequence" in result.output
     assert "neoembed[gpu]" in result.output
+    # the machine, named well enough to quote a figure from it: its flags and measured speed
+    assert "cpu flags" in result.output and "M steps/s (one core)" in result.output
+    assert re.search(r"float32 matmul\s*│\s*\d+ GFLOP/s", result.output)
 
 
 def test_encode_prints_similarities_and_saves_embeddings(tmp_path, cpu_bf16):
