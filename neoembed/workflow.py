@@ -24,6 +24,7 @@ from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe
 from neoembed.pretrain import PretrainSettings
 from neoembed.recipes import load_recipe
+from neoembed.training import world_size
 
 if TYPE_CHECKING:
     from neoembed.data import BuildConfig
@@ -124,6 +125,11 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> N
     if (out / "stats.json").is_file() or config is None:
         return
     config = config.model_copy(update={"out": out})
+    if world_size() > 1:  # every rank would start the same build; one command builds it for all of them
+        raise InputError(
+            f"{out} is missing: build it before a multi-process launch, with {build_command(config)}",
+            param="--data.path",
+        )
     echo(f"building {out} first: {build_command(config)}")
     result = build(config, benchmark=benchmark_texts(config.eval_benchmark, config.eval_benchmark_missing))
     echo(f"wrote {result.rows_out} rows from {result.rows_read} read to {out}")

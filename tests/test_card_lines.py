@@ -8,7 +8,17 @@ import pytest
 from typer.testing import CliRunner
 
 from neoembed.cli import app
-from neoembed.workflow import MINILM_RECIPE, NEOBERT_RECIPE, default_contrastive_recipe, default_pretrained
+from neoembed.contrastive import ContrastiveSettings
+from neoembed.errors import InputError
+from neoembed.packaged import resolve_recipe
+from neoembed.recipes import load_recipe
+from neoembed.workflow import (
+    MINILM_RECIPE,
+    NEOBERT_RECIPE,
+    default_contrastive_recipe,
+    default_pretrained,
+    ensure_data,
+)
 
 runner = CliRunner()
 
@@ -99,3 +109,14 @@ def test_mteb_eval_with_nothing_trained_here_names_what_to_run(tmp_path, monkeyp
     assert result.exit_code == 2
     assert "run `neoembed contrastive` here first" in result.output
     assert "neobert-embed or minilm-embed" in result.output
+
+
+def test_a_multi_process_launch_is_told_to_build_the_data_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    settings = load_recipe(resolve_recipe(MINILM_RECIPE), ContrastiveSettings)
+    with pytest.raises(
+        InputError, match="before a multi-process launch, with neoembed build-data --out runs/data"
+    ):
+        ensure_data(settings, print)
+    assert not (tmp_path / "runs").exists()
