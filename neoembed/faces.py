@@ -6,9 +6,8 @@ checkers, IDEs and import-graph tools read those imports as they are; at run tim
 and `attach_face` hands the same names to `lazy_loader.attach`, which imports a module the first time one of its
 names is used, so importing a face stays cheap (the CLI binds its options without loading torch).
 
-lazy_loader's own `attach_stub` reads the names from a separate `.pyi` stub, which tools that read only `.py`
-files do not follow; transformers declares them twice (a TYPE_CHECKING block and an import-structure dict).
-Reading the block itself keeps one declaration in the one file every tool reads.
+lazy_loader's own `attach_stub` would read the names from a separate `.pyi` stub instead: a second file to keep
+in step. Reading the block itself keeps one declaration, in the `__init__.py` every tool reads.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `run_job` runs the steps every training job shares, in this order, so they are read once:
 
-1. lock the run directory: one launch writes it at a time (`run_lock`; a job whose caller holds a wider lock,
-   as GLUE's runner holds its whole output directory, passes `lock=False`);
+1. lock the run directory: one launch writes it at a time (`run_lock`; GLUE's runner also holds a lock of its
+   own on the output directory above its grid points' run directories);
 2. set up the process: torch threads and the seed, before anything is built (`configure_process`);
 3. `job.prepare()`: the job's data, model and Trainer (its arguments from `trainer_arguments`), and the
    checkpoint to resume from (`open_run` records the recipe, or checks a resumed run's against it);
@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -42,9 +41,9 @@ class Job(Protocol, Generic[R]):
     def finish(self, prepared: Prepared) -> R: ...
 
 
-def run_job(job: Job[R], run: RunSettings, output_dir: Path, *, lock: bool = True) -> R:
+def run_job(job: Job[R], run: RunSettings, output_dir: Path) -> R:
     """Run `job` in `output_dir` under the settings `run` (threads, seed): the steps of the module's docstring."""
-    with run_lock(Path(output_dir)) if lock else nullcontext():
+    with run_lock(Path(output_dir)):
         configure_process(run)
         prepared = job.prepare()
         train_or_restore(prepared.trainer, prepared.resume)
