@@ -59,7 +59,7 @@ class MalformedRow(TypedDict):
 
 
 class StagedCounts(TypedDict):
-    """What stage 1 counted for a source; stats.json carries them on (`build.SourceStats`)."""
+    """What stage 1 counted for a source; stats.json carries them on (`stats.SourceStats`)."""
 
     rows_read: int
     rows_available: int | None  # the whole split's rows; None if a streamed source does not say

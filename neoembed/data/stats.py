@@ -1,11 +1,117 @@
-"""A build's stats.json read for people: stats.md, the mining summary, and the model card's leakage sentence."""
+"""A build's stats.json: its types and how the parts' counts add up to them, and the same read for people:
+stats.md, the mining summary, and the model card's leakage sentence."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypedDict
 
+from neoembed.data.manifest import Manifest
 from neoembed.data.normalize import REASONS
+from neoembed.data.prepare import TRUNCATED_FIELDS, StagedCounts
+
+
+class SourceStats(StagedCounts):
+    """A source in stats.json: its manifest's description, stage 1's counts, and what its parts hold."""
+
+    dataset: str | None
+    licence: str
+    licence_source: str
+    budget: int | None  # None: the build read the whole source (--no-budgets, or the manifest sets none)
+    rows_out: int
+    parts: int
+    part_checksums: dict[str, str | None]  # part -> xxh3, checked before training (None: built before them)
+    negatives_per_row: float
+    negatives_histogram: dict[str, int]  # negatives in a row -> rows
+    mining: dict[str, Any] | None  # the parts' `MiningStats` summed, `seconds` left out; None: not mined
+
+
+class BuildTotals(TypedDict):
+    """The sources' counts summed, in stats.json."""
+
+    rows_read: int
+    kept: int
+    rows_out: int
+    dropped: dict[str, int]
+    rows_dropped_for_leakage: dict[str, int]
+    negatives_dropped_for_leakage: int
+    reversed: int
+    truncated: dict[str, int]
+    negatives_per_row: float
+
+
+class BuildStats(TypedDict):
+    """stats.json: the build's hash and settings, each source's stats, their totals, and size warnings."""
+
+    build_hash: str
+    config: dict[str, Any]  # the build settings the stats depend on, as JSON
+    sources: dict[str, SourceStats]
+    total: BuildTotals
+    warnings: list[str]
+
+
+def source_stats(manifest: Manifest, budgets: bool, staged: StagedCounts, parts: list[dict]) -> SourceStats:
+    histogram: dict[str, int] = {}
+    for part in parts:
+        for n, c in part["negatives_histogram"].items():
+            histogram[n] = histogram.get(n, 0) + c
+    rows = sum(p["rows"] for p in parts)
+    mined = [p["mining"] for p in parts if p["mining"]]
+    return SourceStats(
+        dataset=manifest.dataset,
+        licence=manifest.licence,
+        licence_source=manifest.licence_source,
+        budget=manifest.budget if budgets else None,
+        rows_read=staged["rows_read"],
+        rows_available=staged["rows_available"],
+        expected_rows=staged["expected_rows"],
+        dropped=staged["dropped"],
+        rows_dropped_for_leakage=staged["rows_dropped_for_leakage"],
+        negatives_dropped_for_leakage=staged["negatives_dropped_for_leakage"],
+        kept=staged["kept"],
+        reversed=staged["reversed"],
+        truncated=staged["truncated"],
+        rows_out=rows,
+        parts=len(parts),
+        part_checksums={f"part-{i:05d}.parquet": p.get("xxh3") for i, p in enumerate(parts)},
+        malformed_example=staged["malformed_example"],
+        negatives_per_row=round(sum(int(n) * c for n, c in histogram.items()) / rows, 3) if rows else 0.0,
+        negatives_histogram=dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
+        given_negatives_per_row=staged["given_negatives_per_row"],
+        mining=sum_counts(mined) if mined else None,
+        query_chars=staged["query_chars"],
+        positive_chars=staged["positive_chars"],
+    )
+
+
+def sum_counts(counts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Field-wise sum of the parts' mining counts; a dict of counts (per relation kind) sums per key."""
+    return {
+        k: sum_counts([c[k] for c in counts]) if isinstance(v, dict) else sum(c[k] for c in counts)
+        for k, v in counts[0].items()
+    }
+
+
+def build_totals(sources: dict[str, SourceStats]) -> BuildTotals:
+    leaked = Counter()  # update, unlike +, keeps a guarded set that dropped nothing
+    for source in sources.values():
+        leaked.update(source["rows_dropped_for_leakage"])
+    rows_out = sum(s["rows_out"] for s in sources.values())
+    negatives = sum(s["negatives_per_row"] * s["rows_out"] for s in sources.values())
+    return BuildTotals(
+        rows_read=sum(s["rows_read"] for s in sources.values()),
+        kept=sum(s["kept"] for s in sources.values()),
+        rows_out=rows_out,
+        dropped={r: sum(s["dropped"][r] for s in sources.values()) for r in REASONS},
+        rows_dropped_for_leakage=dict(leaked),
+        negatives_dropped_for_leakage=sum(s["negatives_dropped_for_leakage"] for s in sources.values()),
+        reversed=sum(s["reversed"] for s in sources.values()),
+        truncated={k: sum(s["truncated"][k] for s in sources.values()) for k in TRUNCATED_FIELDS},
+        negatives_per_row=round(negatives / rows_out, 3) if rows_out else 0.0,
+    )
 
 
 def _row(cells) -> str:
