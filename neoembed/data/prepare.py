@@ -9,6 +9,7 @@ fingerprint chained over the sources before it, so a resumed build reuses finish
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
@@ -101,30 +102,25 @@ def prepare_source(
     """Stage one source; adds its kept pair keys to `seen`; returns its stats (also written as the marker).
 
     `truncator` cuts long texts to a token budget before the filters; `both_directions` also writes each kept
-    row of a symmetric source reversed, (positive, query)."""
+    row of a symmetric source reversed, (positive, query). The stages: resume a finished staging, read the
+    source, keep or drop each row (`RowFilter`, counting in a `Tally`), write the kept rows, record the counts."""
     parquet_path, marker = staging_paths(out, manifest.name)
-    symmetric = manifest.symmetric
-    if marker.exists():
-        stats = json.loads(marker.read_text())
-        if stats["fingerprint"] == fingerprint and parquet_path.exists():
-            keys = pq.read_table(parquet_path, columns=["query_key", "positive_key"])
-            query_keys, positive_keys = keys["query_key"].to_numpy(), keys["positive_key"].to_numpy()
-            seen.update(pair_keys(query_keys, positive_keys).tolist())
-            if symmetric:
-                seen.update(pair_keys(positive_keys, query_keys).tolist())
-            return stats
-
+    if (staged := _staged_earlier(marker, parquet_path, fingerprint, seen, manifest.symmetric)) is not None:
+        return staged
     dataset, rows_available = read_source(manifest, local_root, max_rows)
     check_columns(manifest, dataset.features, where=f"{manifest.dataset or manifest.kind} {manifest.split}")
     total = len(dataset) if max_rows is None else min(len(dataset), max_rows)
+    options = manifest.options
+    tally = Tally(guard.sets)
+    keep = RowFilter(
+        Limits(options.min_chars, options.max_chars, options.min_score),
+        guard,
+        seen,
+        truncator,
+        manifest.symmetric,
+    )
+    reverse = both_directions and manifest.symmetric
     paths = manifest.mapping.paths()
-    limits = Limits(manifest.options.min_chars, manifest.options.max_chars, manifest.options.min_score)
-    dropped = dict.fromkeys(REASONS, 0)
-    leak_keys, leaked_rows, leaked_negatives = guard.keys, dict.fromkeys(guard.sets, 0), 0
-    malformed_example = None
-    truncated, reversed_rows = dict.fromkeys(TRUNCATED_FIELDS, 0), 0
-    query_lengths, positive_lengths, negative_counts = [], [], []
-
     parquet_path.parent.mkdir(parents=True, exist_ok=True)
     with (
         atomic_write(parquet_path) as tmp,
@@ -135,85 +131,164 @@ def prepare_source(
             stop = min(start + BATCH_ROWS, total)
             rows = {name: [] for name in STAGING_SCHEMA.names}
             for index, row in enumerate(_read_rows(dataset[start:stop], paths), start):
-                if isinstance(row, RowError):
-                    dropped["malformed"] += 1
-                    if malformed_example is None:
-                        malformed_example = MalformedRow(row=index, error=str(row))
-                    continue
-                query, positive, score, relations, given = row
-                query, positive = clean(query or ""), clean(positive or "")
-                # An evaluation text longer than the budget must still match: whole texts' keys are guarded too.
-                whole_keys, cut = [], []
-                if truncator is not None:
-                    (short_query, query_cut), (short_positive, positive_cut) = (
-                        truncator(query),
-                        truncator(positive),
-                    )
-                    for text, field, was_cut in (
-                        (query, "query", query_cut),
-                        (positive, "positive", positive_cut),
-                    ):
-                        if was_cut:
-                            whole_keys.append(text_key(text))
-                            cut.append(field)
-                    query, positive = short_query, short_positive
-                query_key, positive_key = text_key(query), text_key(positive)
-                reason = check(query, positive, query_key, positive_key, score, limits)
-                if reason is None and not leak_keys.isdisjoint((query_key, positive_key, *whole_keys)):
-                    reason = "leakage"
-                    leaked_rows[guard.match(query_key, positive_key, *whole_keys)] += 1
-                if reason is None:
-                    pair = pair_key(query_key, positive_key)
-                    # A symmetric source's (b, a) is its (a, b): both orders are looked up and remembered.
-                    pairs = (pair, pair_key(positive_key, query_key)) if symmetric else (pair,)
-                    reason = "duplicate" if any(p in seen for p in pairs) else None
-                    seen.update(pairs)
-                if reason is not None:
-                    dropped[reason] += 1
-                    continue
-                negatives, leaked, cut_negatives = clean_negatives(
-                    given, query_key, positive_key, limits, leak_keys, truncator
-                )
-                leaked_negatives += leaked
-                for field in cut:
-                    truncated[field] += 1
-                truncated["negatives"] += cut_negatives
-                written = [(query, positive, query_key, positive_key)]
-                if both_directions and symmetric:
-                    written.append((positive, query, positive_key, query_key))
-                    reversed_rows += 1
-                for first, second, first_key, second_key in written:
-                    for name, value in zip(
-                        STAGING_SCHEMA.names,
-                        (first, second, negatives, manifest.name, first_key, second_key, relations),
-                    ):
-                        rows[name].append(value)
-                    query_lengths.append(len(first))
-                    positive_lengths.append(len(second))
-                    negative_counts.append(len(negatives))
+                if (kept := keep(index, row, tally)) is not None:
+                    for n, values in enumerate(kept.written(manifest.name, reverse)):
+                        for name, value in zip(STAGING_SCHEMA.names, values, strict=True):
+                            rows[name].append(value)
+                        tally.count_written(values, reversed_row=n > 0)
             if rows["query"]:
                 writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
             bar.update(stop - start)
-
-    stats = StagedSource(
-        fingerprint=fingerprint,
-        source=manifest.name,
-        rows_read=total,
-        rows_available=rows_available,
-        expected_rows=manifest.expected_rows,
-        kept=len(query_lengths),
-        dropped=dropped,
-        rows_dropped_for_leakage=leaked_rows,
-        negatives_dropped_for_leakage=leaked_negatives,
-        truncated=truncated,
-        reversed=reversed_rows,
-        malformed_example=malformed_example,
-        given_negatives_per_row=round(float(np.mean(negative_counts)), 3) if negative_counts else 0.0,
-        query_chars=_percentiles(query_lengths),
-        positive_chars=_percentiles(positive_lengths),
-    )
+    stats = tally.staged(fingerprint, manifest, total, rows_available)
     write_json(marker, stats)
     return stats
+
+
+def _staged_earlier(
+    marker: Path, parquet_path: Path, fingerprint: str, seen: set[int], symmetric: bool
+) -> StagedSource | None:
+    """A finished staging of the same inputs, its pairs added to `seen`; None when there is none."""
+    if not marker.exists():
+        return None
+    stats = json.loads(marker.read_text())
+    if stats["fingerprint"] != fingerprint or not parquet_path.exists():
+        return None
+    keys = pq.read_table(parquet_path, columns=["query_key", "positive_key"])
+    query_keys, positive_keys = keys["query_key"].to_numpy(), keys["positive_key"].to_numpy()
+    seen.update(pair_keys(query_keys, positive_keys).tolist())
+    if symmetric:
+        seen.update(pair_keys(positive_keys, query_keys).tolist())
+    return stats
+
+
+@dataclass
+class KeptRow:
+    """A row that passed every filter, cut to the budget, with its negatives cleaned."""
+
+    query: str
+    positive: str
+    query_key: int
+    positive_key: int
+    negatives: list[str]
+    relations: list[list[int]]
+
+    def written(self, source: str, reverse: bool) -> list[tuple]:
+        """The staging rows it becomes (STAGING_SCHEMA's columns): itself, then reversed where asked."""
+        rows = [(self.query, self.positive, self.negatives, source, self.query_key, self.positive_key)]
+        if reverse:
+            rows.append(
+                (self.positive, self.query, self.negatives, source, self.positive_key, self.query_key)
+            )
+        return [(*row, self.relations) for row in rows]
+
+
+@dataclass
+class Tally:
+    """Stage 1's running counts for one source: what was dropped and why, cut, reversed, and written."""
+
+    guarded_sets: list[str]
+    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    leaked_rows: dict[str, int] = field(init=False)
+    leaked_negatives: int = 0
+    malformed_example: MalformedRow | None = None
+    truncated: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRUNCATED_FIELDS, 0))
+    reversed_rows: int = 0
+    query_lengths: list[int] = field(default_factory=list)
+    positive_lengths: list[int] = field(default_factory=list)
+    negative_counts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.leaked_rows = dict.fromkeys(self.guarded_sets, 0)
+
+    def malformed(self, index: int, error: RowError) -> None:
+        self.dropped["malformed"] += 1
+        if self.malformed_example is None:
+            self.malformed_example = MalformedRow(row=index, error=str(error))
+
+    def count_written(self, values: tuple, reversed_row: bool) -> None:
+        first, second, negatives = values[:3]
+        self.query_lengths.append(len(first))
+        self.positive_lengths.append(len(second))
+        self.negative_counts.append(len(negatives))
+        self.reversed_rows += reversed_row
+
+    def staged(
+        self, fingerprint: str, manifest: Manifest, total: int, rows_available: int | None
+    ) -> StagedSource:
+        return StagedSource(
+            fingerprint=fingerprint,
+            source=manifest.name,
+            rows_read=total,
+            rows_available=rows_available,
+            expected_rows=manifest.expected_rows,
+            kept=len(self.query_lengths),
+            dropped=self.dropped,
+            rows_dropped_for_leakage=self.leaked_rows,
+            negatives_dropped_for_leakage=self.leaked_negatives,
+            truncated=self.truncated,
+            reversed=self.reversed_rows,
+            malformed_example=self.malformed_example,
+            given_negatives_per_row=round(float(np.mean(self.negative_counts)), 3)
+            if self.negative_counts
+            else 0.0,
+            query_chars=_percentiles(self.query_lengths),
+            positive_chars=_percentiles(self.positive_lengths),
+        )
+
+
+@dataclass
+class RowFilter:
+    """Whether a read row is kept: cleaned and cut to the token budget, then the manifest's limits, the leakage
+    guard and the pairs kept so far (`seen`, which it extends), in that order; each drop is counted."""
+
+    limits: Limits
+    guard: LeakGuard
+    seen: set[int]
+    truncator: Truncator | None
+    symmetric: bool
+
+    def __call__(self, index: int, row, tally: Tally) -> KeptRow | None:
+        if isinstance(row, RowError):
+            tally.malformed(index, row)
+            return None
+        query, positive, score, relations, given = row
+        query, positive, whole_keys, cut = self._cut(clean(query or ""), clean(positive or ""))
+        query_key, positive_key = text_key(query), text_key(positive)
+        reason = check(query, positive, query_key, positive_key, score, self.limits)
+        if reason is None and not self.guard.keys.isdisjoint((query_key, positive_key, *whole_keys)):
+            reason = "leakage"
+            tally.leaked_rows[self.guard.match(query_key, positive_key, *whole_keys)] += 1
+        if reason is None:
+            pair = pair_key(query_key, positive_key)
+            # A symmetric source's (b, a) is its (a, b): both orders are looked up and remembered.
+            pairs = (pair, pair_key(positive_key, query_key)) if self.symmetric else (pair,)
+            reason = "duplicate" if any(p in self.seen for p in pairs) else None
+            self.seen.update(pairs)
+        if reason is not None:
+            tally.dropped[reason] += 1
+            return None
+        negatives, leaked, cut_negatives = clean_negatives(
+            given, query_key, positive_key, self.limits, self.guard.keys, self.truncator
+        )
+        tally.leaked_negatives += leaked
+        for name in cut:
+            tally.truncated[name] += 1
+        tally.truncated["negatives"] += cut_negatives
+        return KeptRow(query, positive, query_key, positive_key, negatives, relations)
+
+    def _cut(self, query: str, positive: str) -> tuple[str, str, list[int], list[str]]:
+        """The texts cut to the token budget, the keys of those that were cut (an evaluation text longer than
+        the budget must still match: whole texts' keys are guarded too), and which fields were cut."""
+        if self.truncator is None:
+            return query, positive, [], []
+        whole_keys, cut, short = [], [], []
+        for text, name in ((query, "query"), (positive, "positive")):
+            shortened, was_cut = self.truncator(text)
+            short.append(shortened)
+            if was_cut:
+                whole_keys.append(text_key(text))
+                cut.append(name)
+        return short[0], short[1], whole_keys, cut
 
 
 def _read_rows(batch: dict[str, list], paths: dict[str, FieldPath]):
