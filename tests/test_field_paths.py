@@ -1,7 +1,7 @@
 """Every recipe field named anywhere exists: as a command-line override (`--train.output_dir`) or in backquotes
 (`loss.distill.teacher`) in the code, the recipes, the README and the docs, it resolves in the settings of
-pretrain, contrastive, adapt or GLUE. Code names fields through `recipes.field_path` / `recipes.flag`, which check
-them when they run; this test covers the text."""
+pretrain, contrastive, adapt or GLUE; so does each error's `param="section.field"`. Code names fields through
+`recipes.field_path` / `recipes.flag` / `Flag.of`, which check them when they run; this test covers the text."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ SETTINGS = (PretrainSettings, ContrastiveSettings, AdaptSettings, GlueSettings)
 SECTIONS = sorted({name for settings in SETTINGS for name in settings.model_fields if "_" not in name})
 FIELD = rf"(?:{'|'.join(SECTIONS)})(?:\.[a-z_0-9]+)+"
 OVERRIDE = re.compile(rf"--({FIELD})\b")
+PARAM = re.compile(rf"param=\"({FIELD})\"")  # an error's `param`, the field it concerns
 QUOTED = re.compile(rf"`({FIELD})(?:[`:= ])")
 # Backquoted names of the same shape that are not recipe fields: methods, files, and a field of earlier
 # recipes named where the docs say it is refused.
@@ -71,7 +72,7 @@ def named_fields() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in texts():
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
-            for match in [*OVERRIDE.findall(line), *QUOTED.findall(line)]:
+            for match in [*OVERRIDE.findall(line), *QUOTED.findall(line), *PARAM.findall(line)]:
                 found.setdefault(match.rstrip("."), []).append(f"{path.relative_to(ROOT)}:{number}")
     return found
 
@@ -91,6 +92,10 @@ def is_code(name: str) -> bool:
 def test_every_field_the_text_names_exists():
     found = named_fields()
     assert len(found) > 50, "the patterns should find the many fields the docs name"
+    in_run_dir = [
+        place for place in found["train.output_dir"] if place.startswith("neoembed/training/run_dir.py")
+    ]
+    assert in_run_dir, "an error's param (run_lock's param=) is read too"
     missing = {
         name: places[:3]
         for name, places in found.items()

@@ -104,17 +104,20 @@ def adapt_settings(bench: AdaptBench, corpus: Corpus, arm: Arm, run_dir: Path):
     precision and threads."""
     from neoembed.adapt import AdaptSettings
     from neoembed.packaged import resolve_recipe
-    from neoembed.recipes import load_recipe, parse_overrides
+    from neoembed.recipes import field_path, load_recipe, parse_overrides
 
     overrides = parse_overrides([f"--{item}" for item in bench.overrides])
     fixed = {
-        "corpus.path": str(corpus.file),
-        "corpus.eval_texts": [str(p) for p in corpus.eval_texts],
-        "model.base": bench.model,
-        "train.output_dir": str(run_dir),
-        "train.seed": arm.seed,
-        "train.precision": arm.precision,
-        "train.threads": bench.threads,
+        field_path(AdaptSettings, select): value
+        for select, value in (
+            (lambda s: s.corpus.path, str(corpus.file)),
+            (lambda s: s.corpus.eval_texts, [str(p) for p in corpus.eval_texts]),
+            (lambda s: s.model.base, bench.model),
+            (lambda s: s.train.output_dir, str(run_dir)),
+            (lambda s: s.train.seed, arm.seed),
+            (lambda s: s.train.precision, arm.precision),
+            (lambda s: s.train.threads, bench.threads),
+        )
     }
     return load_recipe(resolve_recipe(bench.recipe), AdaptSettings, {**overrides, **fixed})
 

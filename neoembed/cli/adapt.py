@@ -13,10 +13,10 @@ from neoembed.cli.options import Flag, recipe_options
     AdaptSettings,
     default_recipe="adapt-cpu",
     shortcuts=[
-        Flag("model.base", ("--model",)),
-        Flag("corpus.path", ("--corpus",)),
-        Flag("train.output_dir", ("--out",)),
-        Flag("train.max_steps", ("--steps",)),
+        Flag.of(AdaptSettings, lambda s: s.model.base, "--model"),
+        Flag.of(AdaptSettings, lambda s: s.corpus.path, "--corpus"),
+        Flag.of(AdaptSettings, lambda s: s.train.output_dir, "--out"),
+        Flag.of(AdaptSettings, lambda s: s.train.max_steps, "--steps"),
     ],
 )
 def adapt(settings: AdaptSettings) -> None:

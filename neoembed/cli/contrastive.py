@@ -12,7 +12,7 @@ from neoembed.workflow import RecipeChoice, announce, contrastive_choices, defau
 @recipe_options(
     ContrastiveSettings,
     default_recipe=default_contrastive_recipe,
-    shortcuts=[Flag("train.max_steps", ("--steps",))],
+    shortcuts=[Flag.of(ContrastiveSettings, lambda s: s.train.max_steps, "--steps")],
 )
 def contrastive(settings: ContrastiveSettings, recipe: RecipeChoice) -> None:
     """Fine-tune an encoder into a sentence embedder with InfoNCE and export it as a sentence-transformers

@@ -30,7 +30,13 @@ from pydantic.fields import FieldInfo
 from neoembed.cli.recipe_fields import RecipeBinding, RecipeCommand
 from neoembed.errors import InputError
 from neoembed.packaged import recipe_names, resolve_recipe
-from neoembed.recipes import apply_overrides, describe_validation_error, load_recipe, parse_overrides
+from neoembed.recipes import (
+    apply_overrides,
+    describe_validation_error,
+    field_path,
+    load_recipe,
+    parse_overrides,
+)
 from neoembed.workflow import RecipeChoice
 
 # How recipe verbs are registered: `--section.field value` overrides beyond their declared options, and a
@@ -50,6 +56,12 @@ class Flag:
     field: str  # dotted path into the settings, e.g. "mining.dtype"
     names: tuple[str, ...] = ()  # e.g. ("--teacher-dtype",); default: --leaf-name
     envvar: str | None = None
+
+    @classmethod
+    def of(cls, settings_cls: type[BaseModel], select: typing.Callable, *names: str) -> Flag:
+        """The flag of the field `select` reads, `Flag.of(GlueSettings, lambda s: s.optim.lr, "--lr")`: the
+        field named through the settings (`recipes.field_path`), so a renamed field cannot leave it behind."""
+        return cls(field_path(settings_cls, select), names)
 
     @property
     def option(self) -> str:
