@@ -104,7 +104,8 @@ def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> 
         why = f"no {default_pretrained()} here to fine-tune"
     other = MINILM_RECIPE if recipe.name == NEOBERT_RECIPE else NEOBERT_RECIPE
     data = Path(settings.data.path)
-    missing = not (data / "stats.json").is_file()
+    build = settings.data.build
+    missing = not (data / "stats.json").is_file() and build is not None and Path(build.out) == data
     return [
         Choice("recipe", recipe.name, f"--recipe {other}, contrastive-neobert for the paper's", why),
         Choice("model", settings.model.base, "--model.base"),
@@ -115,8 +116,8 @@ def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> 
 
 
 def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> None:
-    """Build the recipe's data where it is missing, as `data.build` says; a missing build with no
-    `data.build` is left to the trainer's error, which names the directory."""
+    """Build the recipe's data where it is missing, as `data.build` says. Other missing data (`--data.path`
+    elsewhere) stops with the command that builds it; with no `data.build`, the trainer's error names it."""
     from neoembed.data import build
     from neoembed.evaluation import benchmark_texts
 
@@ -124,7 +125,12 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> N
     config = settings.data.build
     if (out / "stats.json").is_file() or config is None:
         return
-    config = config.model_copy(update={"out": out})
+    if Path(config.out) != out:  # --data.path named other data than the recipe builds
+        raise InputError(
+            f"{out} is missing (no stats.json); the recipe builds {config.out} (data.build), not {out}: build "
+            f"it with neoembed build-data --out {out}",
+            param="--data.path",
+        )
     if world_size() > 1:  # every rank would start the same build; one command builds it for all of them
         raise InputError(
             f"{out} is missing: build it before a multi-process launch, with {build_command(config)}",

@@ -120,3 +120,29 @@ def test_a_multi_process_launch_is_told_to_build_the_data_first(tmp_path, monkey
     ):
         ensure_data(settings, print)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_the_four_lines_at_full_size_give_an_embedder_better_than_its_base(tmp_path):
+    """As typed, no size flags: 150 MLM steps, 2,000 contrastive steps, the five offline tasks."""
+    neoembed(tmp_path, "pretrain")
+    neoembed(tmp_path, "contrastive", "--steps", "2000")
+    table = neoembed(tmp_path, "mteb-eval")
+    # The score table's row (the paired-differences table below it repeats the task name): neobert-embed,
+    # its base, bm25.
+    row = next(
+        line for line in table.splitlines() if line.startswith("| WordNetExampleDefinitionRetrieval |")
+    )
+    embed, base, _ = (float(cell) for cell in row.split("|")[3:6])
+    assert embed > base + 10
+    subprocess.run([sys.executable, "-c", LOAD], cwd=tmp_path, check=True)
+
+
+def test_data_named_elsewhere_is_not_built_with_the_recipes_sources(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    overrides = {"data.path": "runs/data/wordnet"}
+    settings = load_recipe(resolve_recipe(MINILM_RECIPE), ContrastiveSettings, overrides)
+    with pytest.raises(
+        InputError, match="the recipe builds runs/data/wordnet-manpages .* --out runs/data/wordnet"
+    ):
+        ensure_data(settings, print)

@@ -268,15 +268,23 @@ IO = {
 }
 # Values a run computes rather than names: pretrain leaves <train.output_dir>/final; contrastive exports to
 # <train.output_dir>/neobert-embed unless export.path says elsewhere, and builds data.path itself where its
-# recipe has data.build.
+# recipe's data.build writes that path.
 DERIVED: dict[str, Callable[[Parsed], dict[str, Any]]] = {
     "pretrain": lambda p: {"final": pretrain_output(p.settings)},
     "contrastive": lambda p: {
         "export.path": export_path(p.settings),
-        "data.path": None if p.settings.data.build else p.settings.data.path,
-        "data.build": p.settings.data.path if p.settings.data.build else None,
+        "data.path": None if builds_its_data(p.settings) else p.settings.data.path,
+        "data.build": p.settings.data.path if builds_its_data(p.settings) else None,
     },
 }
+
+
+def builds_its_data(settings) -> bool:
+    """Whether `neoembed contrastive` builds data.path where it is missing: its recipe's data.build writes it."""
+    build = settings.data.build
+    return build is not None and posixpath.normpath(str(build.out)) == posixpath.normpath(settings.data.path)
+
+
 # Project modules documented as `python -m MODULE ARGS` that write paths.
 MODULE_WRITES = {"neoembed.glue.synthetic": lambda args: args[:1]}
 HUB_IDS = {"chandar-lab/NeoBERT", "answerdotai/ModernBERT-base", "tiiuae/falcon-refinedweb"}
@@ -323,10 +331,11 @@ class Written:
 
 
 def is_path(value: str, written: Written) -> bool:
-    """Model names (minilm, bm25, hub ids) are not; text with a `/` or a file's extension is."""
+    """Model names (minilm, bm25, hub ids) are not; text with a `/` or a file's extension is, and so is a
+    user's input named `my-...`."""
     if value in MODEL_NAMES:
         return False
-    return "/" in value or value.endswith(EXTENSIONS) or written.covers(value)
+    return "/" in value or value.endswith(EXTENSIONS) or value.startswith("my-") or written.covers(value)
 
 
 def is_user_input(path: str) -> bool:

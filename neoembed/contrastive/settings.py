@@ -25,8 +25,9 @@ class DataSettings(StrictSettings):
     path: str
     """A finished `neoembed build-data` output directory."""
     build: BuildConfig | None = None
-    """How `neoembed contrastive` builds data.path where it is missing: `neoembed build-data` fields (sources,
-    max_rows, mine, ...), its output being data.path; None: a missing build is an error."""
+    """How `neoembed contrastive` builds data.path where it is missing: `neoembed build-data` fields (out, the
+    recipe's data.path; sources, max_rows, mine, ...); None, or a data.path other than its out: a missing build
+    is an error."""
     sources: list[str] | None = None
     """Sources of the build to train on; None: every source."""
     alpha: float = Field(default=0.5, ge=0.0)
@@ -39,9 +40,9 @@ class DataSettings(StrictSettings):
     """Instruction prompts by source name or `default`: {name: {query: ..., document: ...}}."""
 
     @model_validator(mode="after")
-    def _build_writes_path(self):
-        if self.build is not None and self.build.out is not None:
-            raise ValueError("data.build writes data.path: leave its `out` unset")
+    def _build_names_its_output(self):
+        if self.build is not None and self.build.out is None:
+            raise ValueError("data.build needs `out`, the directory it builds (the recipe's data.path)")
         return self
 
 
