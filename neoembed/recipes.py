@@ -191,6 +191,10 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as err:
         raise RecipeError(f"{path}: cannot read: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise RecipeError(
+            f"{path}: not UTF-8 text (byte {err.start} is {err.object[err.start]:#04x})"
+        ) from err
     except yaml.YAMLError as err:
         raise RecipeError(f"{path}: not valid YAML: {err}") from err
     if data is None:

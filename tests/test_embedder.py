@@ -53,3 +53,17 @@ def test_the_fingerprint_covers_the_tokenizer(minilm_copy, minilm_path):
     original, changed = load_embedder(str(minilm_path)), load_embedder(str(minilm_copy))
     assert model_fingerprint(original) == model_fingerprint(load_embedder(str(minilm_path)))
     assert model_fingerprint(original) != model_fingerprint(changed)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "the model name is empty"),
+        ("  ", "the model name is empty"),
+        ("./no-such-model", "'./no-such-model': no such file or directory"),
+        ("/no/such/model", "'/no/such/model': no such file or directory"),
+    ],
+)
+def test_an_empty_name_or_a_missing_path_is_named_before_any_hub_lookup(name, message):
+    with pytest.raises(EmbedderError, match=message):
+        load_embedder(name)

@@ -117,3 +117,12 @@ def test_code_names_a_field_through_the_settings():
         field_path(ContrastiveSettings, lambda s: s.train.seed.value)
     with pytest.raises(TypeError, match="must return a field"):
         field_path(ContrastiveSettings, lambda s: "train.seed")
+
+
+def test_a_recipe_that_is_not_utf8_is_refused_naming_the_byte(tmp_path):
+    from neoembed.recipes import RecipeError, load_recipe
+
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_bytes(b"train:\n  max_steps: 3\xff\n")
+    with pytest.raises(RecipeError, match=r"bad.yaml: not UTF-8 text \(byte 21 is 0xff\)"):
+        load_recipe(recipe, PretrainSettings)
