@@ -44,6 +44,19 @@ def wait_healthy(process: subprocess.Popen, base: str, timeout: float = 180) -> 
     raise AssertionError("the server did not become healthy")
 
 
+def test_an_api_key_from_a_non_utf8_environment_fails_before_serving(monkeypatch):
+    from typer.testing import CliRunner
+
+    from neoembed.cli import app
+
+    # What Python makes of a NEOEMBED_API_KEY whose bytes are not UTF-8: a lone surrogate, which no header
+    # can match (every route used to answer 500).
+    monkeypatch.setenv("NEOEMBED_API_KEY", "k\udcffey")
+    result = CliRunner().invoke(app, ["serve", "--port", "1"])
+    assert result.exit_code == 2
+    assert "NEOEMBED_API_KEY) must be printable ASCII" in result.output
+
+
 @pytest.mark.faults
 def test_serve_minilm_then_sigterm_finishes_the_request_in_flight():
     process, base = start("--model", "minilm", "--max-batch-tokens", "256")
@@ -91,6 +104,8 @@ def test_serve_minilm_then_sigterm_finishes_the_request_in_flight():
         (["--max-queue-items", "10"], "--max-queue-items (10) must be at least --max-client-batch-size"),
         (["--dtype", "int8"], "--dtype must be one of"),
         (["--index", "/nonexistent/index"], "--index /nonexistent/index: no such directory"),
+        (["--model", ""], "the model name is empty"),
+        (["--api-key", "a\tb"], "must be printable ASCII"),
     ],
 )
 def test_bad_settings_fail_before_serving_with_a_clear_message(args, message):

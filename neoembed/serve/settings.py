@@ -103,6 +103,10 @@ class ServeSettings(StrictSettings):
             )
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("--api-key must not be empty")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
+            # A client sends it in an HTTP header, which carries printable ASCII; a key read from a non-UTF-8
+            # environment arrives as lone surrogates that no header can ever match.
+            raise ValueError("--api-key (or NEOEMBED_API_KEY) must be printable ASCII, as HTTP headers carry")
         if self.backend == "onnx" and (
             self.dtype not in ("auto", "float32") or self.device not in (None, "cpu")
         ):
