@@ -9,7 +9,7 @@
     SentenceTransformer("neobert-embed")   the export, ./neobert-embed
 
 Every choice is read from the packaged recipes (their output and export paths), never retyped here. Each
-command's first line names what it chose and the flag that chooses otherwise (`announce`).
+command's first line (`plan: ...`) names what it chose and the flag that chooses otherwise (`announce`).
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ class Choice:
         return f"{self.what} {self.value} ({why}{self.flag})"
 
 
-def announce(verb: str, choices: list[Choice]) -> str:
-    """The command's first line: `neoembed VERB: recipe R (why; --recipe ...); model M (--model.base); ...`."""
-    return f"neoembed {verb}: " + "; ".join(map(str, choices))
+def announce(choices: list[Choice]) -> str:
+    """The command's first line: `plan: recipe R (why; --recipe ...); model M (--model.base); ...` (not
+    `neoembed VERB: ...`, which is how an error reads)."""
+    return "plan: " + "; ".join(map(str, choices))
 
 
 def pretrain_output(settings: PretrainSettings) -> Path:
@@ -116,8 +117,9 @@ def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> 
 
 
 def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> None:
-    """Build the recipe's data where it is missing, as `data.build` says. Other missing data (`--data.path`
-    elsewhere) stops with the command that builds it; with no `data.build`, the trainer's error names it."""
+    """Build the recipe's data where it is missing, as `data.build` says. Other missing data (no `data.build`,
+    or `--data.path` elsewhere than it builds) is left to the trainer, whose error names it after the run's
+    lock is taken."""
     from neoembed.data import build
     from neoembed.evaluation import benchmark_texts
 
@@ -125,12 +127,8 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> N
     config = settings.data.build
     if (out / "stats.json").is_file() or config is None:
         return
-    if Path(config.out) != out:  # --data.path named other data than the recipe builds
-        raise InputError(
-            f"{out} is missing (no stats.json); the recipe builds {config.out} (data.build), not {out}: build "
-            f"it with neoembed build-data --out {out}",
-            param="--data.path",
-        )
+    if Path(config.out) != out:  # --data.path names other data than the recipe builds: the trainer says so
+        return
     if world_size() > 1:  # every rank would start the same build; one command builds it for all of them
         raise InputError(
             f"{out} is missing: build it before a multi-process launch, with {build_command(config)}",

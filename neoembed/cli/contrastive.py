@@ -24,7 +24,7 @@ def contrastive(settings: ContrastiveSettings, recipe: RecipeChoice) -> None:
     from neoembed.training import release_process_group
     from neoembed.workflow import ensure_data
 
-    typer.echo(announce("contrastive", contrastive_choices(settings, recipe)))
+    typer.echo(announce(contrastive_choices(settings, recipe)))
     ensure_data(settings, typer.echo)
     result = run_contrastive(settings)
     release_process_group()

@@ -84,7 +84,7 @@ def mteb_eval(settings: MtebEvalSettings) -> None:
     from neoembed.workflow import announce, eval_choices
 
     settings, choices = eval_choices(settings)
-    console.print(announce("mteb-eval", choices), markup=False, soft_wrap=True)
+    console.print(announce(choices), markup=False, soft_wrap=True)
     if settings.threads:
         import torch
 

@@ -17,7 +17,7 @@ def pretrain(settings: PretrainSettings, recipe: RecipeChoice) -> None:
     from neoembed.pretrain import run_pretraining
     from neoembed.training import release_process_group
 
-    typer.echo(announce("pretrain", pretrain_choices(settings, recipe)))
+    typer.echo(announce(pretrain_choices(settings, recipe)))
     final = run_pretraining(settings)
     release_process_group()
     typer.echo(f"final model: {final}")
