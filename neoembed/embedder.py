@@ -39,14 +39,7 @@ def packaged_minilm_path() -> Path:
 
 def resolve_model_name(name: str) -> str:
     """Map the packaged-model aliases to their directory; leave other names and paths as they are. A symbolic
-    link that loops or points nowhere is refused here, and so is a missing path written as one (`./x`, `/x`,
-    `~/x`): loaders would take either for a hub id and answer about the hub."""
-    if not name.strip():
-        raise EmbedderError(
-            "the model name is empty: give a sentence-transformers directory, a hub id or minilm"
-        )
-    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
-        raise EmbedderError(f"cannot load embedder {name!r}: no such file or directory")
+    link that loops or points nowhere is refused here: loaders would take it for a hub id."""
     if name in MINILM_ALIASES and not Path(name).exists():
         return str(packaged_minilm_path())
     if os.path.islink(name):
@@ -75,6 +68,14 @@ def load_embedder(
     from safetensors import SafetensorError
     from sentence_transformers import SentenceTransformer
 
+    # An empty name, or a missing path written as one (`./x`, `/x`, `~/x`): the loader would take either for a
+    # hub id and answer about the hub's naming rules.
+    if not name.strip():
+        raise EmbedderError(
+            "the model name is empty: give a sentence-transformers directory, a hub id or minilm"
+        )
+    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+        raise EmbedderError(f"cannot load embedder {name!r}: no such directory")
     resolved = resolve_model_name(name)
     try:
         model = SentenceTransformer(resolved, device=device, trust_remote_code=trust_remote_code)

@@ -60,8 +60,8 @@ def test_the_fingerprint_covers_the_tokenizer(minilm_copy, minilm_path):
     [
         ("", "the model name is empty"),
         ("  ", "the model name is empty"),
-        ("./no-such-model", "'./no-such-model': no such file or directory"),
-        ("/no/such/model", "'/no/such/model': no such file or directory"),
+        ("./no-such-model", "'./no-such-model': no such directory"),
+        ("/no/such/model", "'/no/such/model': no such directory"),
     ],
 )
 def test_an_empty_name_or_a_missing_path_is_named_before_any_hub_lookup(name, message):
