@@ -74,9 +74,9 @@ def load_embedder(
         raise EmbedderError(
             "the model name is empty: give a sentence-transformers directory, a hub id or minilm"
         )
+    resolved = resolve_model_name(name)  # a broken symbolic link is named here
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
         raise EmbedderError(f"cannot load embedder {name!r}: no such directory")
-    resolved = resolve_model_name(name)
     try:
         model = SentenceTransformer(resolved, device=device, trust_remote_code=trust_remote_code)
     except SafetensorError as err:
