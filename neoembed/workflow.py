@@ -84,6 +84,13 @@ def export_path(settings: ContrastiveSettings) -> Path:
     return Path(settings.export.path or Path(settings.train.output_dir) / "neobert-embed")
 
 
+def builds_its_data(settings: ContrastiveSettings) -> bool:
+    """Whether `neoembed contrastive` builds data.path where it is missing: the recipe's data.build writes
+    that very path (a `--data.path` elsewhere is the user's data, not the recipe's)."""
+    build = settings.data.build
+    return build is not None and Path(build.out) == Path(settings.data.path)
+
+
 def pretrain_choices(settings: PretrainSettings, recipe: RecipeChoice) -> list[Choice]:
     why = "" if recipe.given else "the default"
     config = settings.model.config
@@ -105,8 +112,7 @@ def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> 
         why = f"no {default_pretrained()} here to fine-tune"
     other = MINILM_RECIPE if recipe.name == NEOBERT_RECIPE else NEOBERT_RECIPE
     data = Path(settings.data.path)
-    build = settings.data.build
-    missing = not (data / "stats.json").is_file() and build is not None and Path(build.out) == data
+    missing = not (data / "stats.json").is_file() and builds_its_data(settings)
     return [
         Choice("recipe", recipe.name, f"--recipe {other}, contrastive-neobert for the paper's", why),
         Choice("model", settings.model.base, "--model.base"),
@@ -123,11 +129,8 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> N
     from neoembed.data import build
     from neoembed.evaluation import benchmark_texts
 
-    out = Path(settings.data.path)
-    config = settings.data.build
-    if (out / "stats.json").is_file() or config is None:
-        return
-    if Path(config.out) != out:  # --data.path names other data than the recipe builds: the trainer says so
+    out, config = Path(settings.data.path), settings.data.build
+    if (out / "stats.json").is_file() or not builds_its_data(settings):
         return
     if world_size() > 1:  # every rank would start the same build; one command builds it for all of them
         raise InputError(
@@ -162,15 +165,13 @@ def eval_choices(settings: MtebEvalSettings) -> tuple[MtebEvalSettings, list[Cho
 
     update, choices = {}, []
     if not settings.models:
-        models = []
-        for name in CONTRASTIVE_RECIPES:
-            recipe = _load(name, ContrastiveSettings)
-            if export_path(recipe).is_dir():
-                models += [str(export_path(recipe)), recipe.model.base]
+        recipes = [_load(name, ContrastiveSettings) for name in CONTRASTIVE_RECIPES]
+        exports = [(export_path(recipe), recipe.model.base) for recipe in recipes]
+        models = [name for path, base in exports if path.is_dir() for name in (str(path), base)]
         if not models:
             raise InputError(
                 "no model to evaluate: give -m MODEL, or run `neoembed contrastive` here first (it exports "
-                + " or ".join(str(export_path(_load(n, ContrastiveSettings))) for n in CONTRASTIVE_RECIPES)
+                + " or ".join(str(path) for path, _ in exports)
                 + ")",
                 param="--model",
             )

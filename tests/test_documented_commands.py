@@ -37,7 +37,7 @@ from neoembed.embedder import MINILM_ALIASES
 from neoembed.errors import InputError, NeoembedError
 from neoembed.packaged import resolve_recipe
 from neoembed.recipes import load_recipe, parse_overrides
-from neoembed.workflow import export_path, pretrain_output
+from neoembed.workflow import builds_its_data, export_path, pretrain_output
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # not docs/benchmarks/
@@ -277,12 +277,6 @@ DERIVED: dict[str, Callable[[Parsed], dict[str, Any]]] = {
         "data.build": p.settings.data.path if builds_its_data(p.settings) else None,
     },
 }
-
-
-def builds_its_data(settings) -> bool:
-    """Whether `neoembed contrastive` builds data.path where it is missing: its recipe's data.build writes it."""
-    build = settings.data.build
-    return build is not None and posixpath.normpath(str(build.out)) == posixpath.normpath(settings.data.path)
 
 
 # Project modules documented as `python -m MODULE ARGS` that write paths.
