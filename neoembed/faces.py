@@ -38,7 +38,8 @@ def face_imports(init_file: str | Path) -> tuple[list[str], dict[str, list[str]]
     """The submodules (`from . import module as module`) and the names per module (`from .module import
     name as name`) of the `if TYPE_CHECKING:` block of a package's `__init__.py`. Each name is re-exported
     under its own name (lazy_loader serves it by that name), never `*`."""
-    submodules, names = [], {}
+    submodules: list[str] = []
+    names: dict[str, list[str]] = {}
     for node in type_checking_block(init_file).body:
         aliases = getattr(node, "names", [])
         if (

@@ -34,8 +34,8 @@ if "faiss" in sys.modules:
             "Import neoembed.index first or set OPENBLAS_CORETYPE.",
             stacklevel=2,
         )
-elif _core_type() is not None:
-    os.environ.setdefault("OPENBLAS_CORETYPE", _core_type())
+elif (core_type := _core_type()) is not None:
+    os.environ.setdefault("OPENBLAS_CORETYPE", core_type)
 
 from neoembed.extras import require  # noqa: E402
 

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainSerializer,
+    ValidationError,
+)
+from pydantic_core import ErrorDetails
 
 from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe_file
@@ -83,7 +91,7 @@ def describe_validation_error(
     None, a check of the whole settings, the message stands alone. With `model`, the settings validated, an
     unknown field is told the nearest valid names of its section (or all of them when none is near)."""
 
-    def short(error: dict) -> str:
+    def short(error: ErrorDetails) -> str:
         if error["type"] == "extra_forbidden":
             return "unknown field" + _nearest_names(model, error["loc"])
         return error["msg"].removeprefix("Value error, ")

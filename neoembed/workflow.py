@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
@@ -88,7 +88,7 @@ def builds_its_data(settings: ContrastiveSettings) -> bool:
     """Whether `neoembed contrastive` builds data.path where it is missing: the recipe's data.build writes
     that very path (a `--data.path` elsewhere is the user's data, not the recipe's)."""
     build = settings.data.build
-    return build is not None and Path(build.out) == Path(settings.data.path)
+    return build is not None and build.out is not None and Path(build.out) == Path(settings.data.path)
 
 
 def pretrain_choices(settings: PretrainSettings, recipe: RecipeChoice) -> list[Choice]:
@@ -130,7 +130,7 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> N
     from neoembed.evaluation import benchmark_texts
 
     out, config = Path(settings.data.path), settings.data.build
-    if (out / "stats.json").is_file() or not builds_its_data(settings):
+    if config is None or (out / "stats.json").is_file() or not builds_its_data(settings):
         return
     if world_size() > 1:  # every rank would start the same build; one command builds it for all of them
         raise InputError(
@@ -139,6 +139,7 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> N
         )
     echo(f"building {out} first: {build_command(config)}")
     result = build(config, benchmark=benchmark_texts(config.eval_benchmark, config.eval_benchmark_missing))
+    assert result is not None  # a whole build (no --shard): its result
     echo(f"wrote {result.rows_out} rows from {result.rows_read} read to {out}")
 
 
@@ -163,7 +164,8 @@ def eval_choices(settings: MtebEvalSettings) -> tuple[MtebEvalSettings, list[Cho
     offline benchmark."""
     from neoembed.evaluation import LOCAL_BENCHMARK  # loads mteb: only where it evaluates
 
-    update, choices = {}, []
+    update: dict[str, Any] = {}
+    choices: list[Choice] = []
     if not settings.models:
         recipes = [_load(name, ContrastiveSettings) for name in CONTRASTIVE_RECIPES]
         exports = [(export_path(recipe), recipe.model.base) for recipe in recipes]

@@ -138,7 +138,7 @@ def terms_pair(
         return None
     idf = {folded: math.log(documents / frequency[folded]) for folded in seen}
     candidates = sorted(seen, key=lambda folded: -idf[folded])[: 2 * words]
-    chosen = set()
+    chosen: set[str] = set()
     while len(chosen) < words:
         chosen.add(rng.choices(candidates, weights=[idf[c] + 1e-3 for c in candidates])[0])
     query = " ".join(original for folded, original in seen.items() if folded in chosen)

@@ -99,7 +99,7 @@ def without_texts(pairs: dict[str, list[Pair]], keys: frozenset[int]) -> dict[st
 
 def general_texts(settings: AdaptSettings) -> frozenset[int]:
     """The text keys of export.selection.general's sets: no training pair may carry one."""
-    keys = set()
+    keys: set[int] = set()
     for spec in settings.export.selection.general:
         queries, corpus, _ = retrieval_set(spec)
         keys.update(text_key(text) for text in [*queries.values(), *corpus.values()])

@@ -4,7 +4,7 @@ contrastive sections (model, loss, optim, train, eval, export) the adaptation tr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
 from pydantic import Field
 
@@ -59,7 +59,7 @@ class CorpusSettings(StrictSettings):
 class PairSettings(StrictSettings):
     """How documents become (query, positive) pairs (`adapt.pairs`)."""
 
-    methods: list[Method] = Field(default_factory=lambda: ["crop", "lead", "terms"], min_length=1)
+    methods: list[Method] = Field(default_factory=lambda: list(get_args(Method)), min_length=1)
     """crop: two random spans of a document; lead: its first sentence -> the rest; terms: its rarest words ->
     the document. Each is a training source of its own."""
     crop_ratio: tuple[Annotated[float, Field(gt=0.0, le=1.0)], Annotated[float, Field(gt=0.0, le=1.0)]] = (

@@ -24,7 +24,7 @@ def onnx(
 
     if quantize not in (None, "int8"):
         raise InputError(f"--quantize {quantize!r}: the only quantisation is int8", param="--quantize")
-    export = export_onnx(model, out_dir, quantize=quantize)
+    export = export_onnx(model, out_dir, quantize="int8" if quantize else None)
     for name, deviation in export.files.items():
         typer.echo(
             f"{out_dir / 'onnx' / name}: max |diff| to torch {deviation.max_abs:.2e}, "

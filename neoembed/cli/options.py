@@ -41,7 +41,7 @@ from neoembed.workflow import RecipeChoice
 
 # How recipe verbs are registered: `--section.field value` overrides beyond their declared options, and a
 # help that lists every recipe field.
-RECIPE_COMMAND = {
+RECIPE_COMMAND: dict[str, Any] = {
     "cls": RecipeCommand,
     "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
 }
@@ -197,7 +197,7 @@ def _wrap(
         settings = build(values)
         return command(settings, **values)
 
-    run.__signature__ = inspect.Signature([*own, *options])
+    run.__signature__ = inspect.Signature([*own, *options])  # type: ignore[attr-defined]
     run.__annotations__ = {}  # typer takes each option's type from the signature above
     return run
 
@@ -229,8 +229,7 @@ def _cli_default(field: FieldInfo) -> Any:
     if field.default_factory is not None or field.default is None:
         return None
     # The field's metadata holds its serializer, e.g. a shard (0, 1) written "0/1".
-    annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
-    value = TypeAdapter(annotation).dump_python(field.default, mode="json")
+    value = TypeAdapter(field.rebuild_annotation()).dump_python(field.default, mode="json")
     return None if value in ([], "") else value
 
 
@@ -246,9 +245,9 @@ def _cli_type(annotation) -> Any:
         annotation = typing.get_args(annotation)[0]
     if annotation in _SIMPLE_TYPES:
         return annotation
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    repeatable = (origin is list and len(args) == 1) or (origin is tuple and args[1:] == (Ellipsis,))
-    return list[args[0]] if repeatable and args[0] in _SIMPLE_TYPES else str
+    origin, items = typing.get_origin(annotation), typing.get_args(annotation)
+    repeatable = (origin is list and len(items) == 1) or (origin is tuple and items[1:] == (Ellipsis,))
+    return list[items[0]] if repeatable and items[0] in _SIMPLE_TYPES else str  # type: ignore[valid-type]
 
 
 def _choices_text(field: FieldInfo) -> str | None:
@@ -300,9 +299,10 @@ def _leaf_fields(settings_cls: type[BaseModel], prefix: str = "") -> list[str]:
 
 def _field(settings_cls: type[BaseModel], dotted: str) -> FieldInfo:
     *sections, leaf = dotted.split(".")
+    model: Any = settings_cls  # each section's annotation is a settings model
     for section in sections:
-        settings_cls = settings_cls.model_fields[section].annotation
-    return settings_cls.model_fields[leaf]
+        model = model.model_fields[section].annotation
+    return model.model_fields[leaf]
 
 
 def _check_unique(flags: list[Flag]) -> None:

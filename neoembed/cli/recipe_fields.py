@@ -146,7 +146,7 @@ class RecipeCommand(TyperCommand):
 
     def format_help(self, ctx, formatter) -> None:
         super().format_help(ctx, formatter)
-        binding: RecipeBinding = self.callback.recipe_binding
+        binding: RecipeBinding = self.callback.recipe_binding  # type: ignore[union-attr]  # set by recipe_command
         recipe = _recipe_argument(ctx.meta.get("neoembed.raw_args", [])) or binding.default()
         values, source = None, "the settings' defaults"
         if recipe is not None:

@@ -67,9 +67,12 @@ def diff(
     for name, verb in zip((first, second), verbs):
         if verb is None:
             raise InputError(f"{name}: not a valid recipe for any of {', '.join(RECIPE_VERBS)}", param=name)
-    if verbs[0] != verbs[1]:
-        raise InputError(f"{first} is a {verbs[0]} recipe and {second} a {verbs[1]} one: nothing to compare")
-    settings_cls = RECIPE_VERBS[verbs[0]]
+    first_verb, second_verb = verbs
+    if first_verb is None or first_verb != second_verb:
+        raise InputError(
+            f"{first} is a {first_verb} recipe and {second} a {second_verb} one: nothing to compare"
+        )
+    settings_cls = RECIPE_VERBS[first_verb]
     rows = differences(settings_cls, *(recipe_values(settings_cls, path) for path in paths))
     if not rows:
         typer.echo(f"{first} and {second} set every field alike")

@@ -23,6 +23,9 @@ def compare(
 
     if len(runs) < 2:
         raise InputError("give at least two run directories to compare", param="RUNS")
-    names = [str(run) for run in runs] if len({run.name for run in runs}) < len(runs) else None
-    curves = [read_curves(run, name) for run, name in zip(runs, names or [None] * len(runs))]
+    # full paths where two runs share a folder name; else each run is named by its folder
+    names: list[str | None] = [
+        str(run) if len({run.name for run in runs}) < len(runs) else None for run in runs
+    ]
+    curves = [read_curves(run, name) for run, name in zip(runs, names)]
     typer.echo(f"wrote {plot_runs(curves, output)}")

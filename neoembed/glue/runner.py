@@ -132,6 +132,7 @@ def run_task(
         write_json(run_dir / "result.json", result)
         append_jsonl(out_dir / "runs.jsonl", result)
         log(f"{step}: score {run.score:.4f} ({run.steps} steps, best at step {run.best_step})")
+    assert best is not None, "settings.points gives at least one grid point"
     return TaskResult(
         task=task.name,
         score=best["score"],

@@ -7,6 +7,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from neoembed.glue.metrics import compute_metrics
 from neoembed.glue.model import load_glue_model
 from neoembed.glue.settings import GlueSettings, Hyperparameters
@@ -83,7 +85,10 @@ class GlueRun:
             eval_dataset=self.data[task.eval_splits[0]],
             processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
-            compute_metrics=lambda p: compute_metrics(task, p.predictions, p.label_ids),
+            # a single-head model: predictions and labels are single arrays, never tuples
+            compute_metrics=lambda p: compute_metrics(
+                task, np.asarray(p.predictions), np.asarray(p.label_ids)
+            ),
             callbacks=[
                 EarlyStoppingCallback(early_stopping_patience=settings.train.early_stopping_patience),
                 MetricsLog(self.run_dir / METRICS_FILE),

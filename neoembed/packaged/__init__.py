@@ -16,7 +16,7 @@ from neoembed.errors import InputError
 
 def _folder(name: str) -> Path:
     # A wheel installs as a directory, so the resource is a real path that readers can glob and open.
-    return Path(resources.files(__name__).joinpath(name))
+    return Path(str(resources.files(__name__).joinpath(name)))
 
 
 def recipes_dir() -> Path:

@@ -174,7 +174,7 @@ class Quickstart:
         """A step that also records the commands it ran, for the summary."""
 
         def run_and_record(run_dir: Path) -> Ran:
-            self._current, self._commands = name, []
+            self._current, self._commands = name, list[str]()
             return Ran(run(run_dir), self._commands)
 
         return Step(name, description, run_and_record, result_type)
@@ -278,12 +278,12 @@ class Quickstart:
 
     def index(self, run_dir: Path) -> Indexed:
         queries = search_queries(SEARCH_QUERIES)
-        corpus = "wordnet"  # every synset: "lemmas: gloss"
+        corpus: str | Path = "wordnet"  # every synset: "lemmas: gloss"
         if self.sizes.index_documents:
             corpus = write_gloss_corpus(run_dir / "glosses.jsonl", self.sizes.index_documents, queries)
         out = run_dir / "index"
         model = run_dir / self.sizes.index_model
-        args = ["index", "build", "--corpus", corpus, "--model", model, "--out", out]
+        args: list[object] = ["index", "build", "--corpus", corpus, "--model", model, "--out", out]
         args += ["--tune-queries", self.sizes.tune_queries, "--threads", self.threads]
         self._run(args)
         search = ["search", "--index", out, "-k", 10, "--json", *[q.text for q in queries]]

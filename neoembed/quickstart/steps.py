@@ -7,6 +7,7 @@ a crash in one command cannot take the runner (or the finished steps' results) w
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 
@@ -61,7 +62,7 @@ class CommandFailed(RunError):
 
 
 def run_command(
-    args: list[str],
+    args: list,
     log: Path,
     console: Console,
     cwd: Path | None = None,
@@ -82,7 +83,8 @@ def run_command(
         child = subprocess.Popen(
             command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_child_env()
         )
-        while chunk := child.stdout.read1(65536):
+        stdout = cast(io.BufferedReader, child.stdout)  # stdout=PIPE, buffered: read1 returns what is there
+        while chunk := stdout.read1(65536):
             if echo:
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from transformers import TrainingArguments
 from transformers.integrations import is_tensorboard_available
@@ -50,7 +50,7 @@ def trainer_arguments(
     another run names its `output_dir`. Curves go to TensorBoard where it is installed (`reporters`). The NaN
     filter is off, so a NaN loss reaches `MetricsLog` and stops
     the run before anything is saved after it."""
-    shared = dict(
+    shared: dict[str, Any] = dict(
         seed=run.seed,
         **precision_arguments(run.precision),
         gradient_accumulation_steps=run.grad_accum,
