@@ -13,7 +13,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
     """Write `data` atomically as indented JSON with sorted keys (the same data gives the same bytes)."""
     write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 

@@ -192,6 +192,8 @@ class Build:
                 "neoembed.evaluation.benchmark_texts(config.eval_benchmark)",
                 param="eval_benchmark",
             )
+        if config.out is None:
+            raise InputError("a build needs its output directory", param="--out")
         self.config = config
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -250,8 +252,11 @@ class Build:
 
     def cap(self, manifest: Manifest) -> int | None:
         """Rows read from a source: the smaller of `--max-rows` and its budget (unless --no-budgets)."""
-        caps = [self.config.max_rows, manifest.budget if self.config.budgets else None]
-        caps = [c for c in caps if c is not None]
+        caps = [
+            c
+            for c in (self.config.max_rows, manifest.budget if self.config.budgets else None)
+            if c is not None
+        ]
         return min(caps) if caps else None
 
     # Stage 2 ---------------------------------------------------------------------------------------------
@@ -347,7 +352,7 @@ class Build:
 
     def merge_stats(self, staged: dict[str, StagedSource], units: list[Unit]) -> BuildStats | None:
         """Write stats.json and stats.md once every unit is built; None (and nothing written) before that."""
-        markers = {}
+        markers: dict[str, list[dict]] = {}
         for unit in units:
             marker = (self.out / unit.path).with_suffix(".json")
             if not marker.exists() or json.loads(marker.read_text())["fingerprint"] != unit.fingerprint:
@@ -419,7 +424,7 @@ def _read_rows(path: Path, start: int, stop: int) -> pa.Table:
             groups.append(index)
             first = offset if first is None else first
         offset += size
-    if not groups:
+    if first is None:  # no row group overlaps [start, stop)
         return file.schema_arrow.empty_table()
     return file.read_row_groups(groups).slice(start - first, stop - start)
 

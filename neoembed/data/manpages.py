@@ -105,7 +105,9 @@ def _sections(lines: list[str]) -> dict[str, list[str]]:
 def _paragraphs(lines: list[str]) -> list[str]:
     """Running text split at paragraph macros; displays of code or tables (.nf/.EX/.TS ... .fi/.EE/.TE) are
     left out: they are not prose."""
-    paragraphs, words, display = [], [], False
+    paragraphs: list[str] = []
+    words: list[str] = []
+    display = False
     for line in lines:
         macro = line.split(" ", 1)[0]
         if macro in _DISPLAY_START or macro in _DISPLAY_END:

@@ -138,7 +138,7 @@ class Miner:
         )
         # Excluded besides the positive itself: other positives of the same query and the query's own text.
         # Near-duplicates of the positive are the positive: the pool is deduplicated by normalised key.
-        extra = {}
+        extra: dict[int, list[int]] = {}
         for q, p in _extra_positives(query_index, pool_index, unique_queries):
             extra.setdefault(int(q), []).append(int(p))
         first_positive = pool_index[unique_queries]
@@ -196,9 +196,9 @@ class Miner:
 
             started = time.perf_counter()
             keep &= np.cumsum(keep, axis=1) <= cfg.num_negatives
-            for row in range(hi - lo):
-                picked = ids[row][keep[row]]
-                chosen[lo + row, : len(picked)] = picked
+            for query in range(hi - lo):
+                picked = ids[query][keep[query]]
+                chosen[lo + query, : len(picked)] = picked
             stats.candidates += int(valid.sum())
             stats.dropped_positive += int(is_positive.sum())
             stats.dropped_margin += int(too_close.sum())

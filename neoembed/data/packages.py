@@ -157,7 +157,8 @@ def _stanzas(text: str):
 def _paragraphs(lines: list[str]) -> list[str]:
     """The long description's paragraphs as plain text: a line "." is a blank line (a paragraph break);
     verbatim lines (a second leading space: lists, mostly) join the running text like the others."""
-    paragraphs, words = [], []
+    paragraphs: list[str] = []
+    words: list[str] = []
     for line in [*lines, "."]:
         if line.strip() == ".":
             if words:
@@ -201,7 +202,7 @@ def parse_index(text: str) -> tuple[Description, ...]:
         if "Package" in fields and "Description-en" in fields
         if (d := parse_description(fields["Package"], fields["Description-en"])) is not None
     ]
-    kept, seen = [], set()
+    kept, seen = [], set[tuple[str, str]]()
     for d in sorted(parsed, key=lambda d: (len(d.package), d.package)):
         keys = {("s", _key(d.synopsis)), ("d", _key(d.description)), ("o", _key(d.opening))}
         if keys.isdisjoint(seen):

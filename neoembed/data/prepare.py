@@ -111,7 +111,7 @@ def prepare_source(
     check_columns(manifest, dataset.features, where=f"{manifest.dataset or manifest.kind} {manifest.split}")
     total = len(dataset) if max_rows is None else min(len(dataset), max_rows)
     options = manifest.options
-    tally = Tally(guard.sets)
+    tally = Tally(list(guard.sets))
     keep = RowFilter(
         Limits(options.min_chars, options.max_chars, options.min_score),
         guard,
@@ -129,7 +129,7 @@ def prepare_source(
     ):
         for start in range(0, total, BATCH_ROWS):
             stop = min(start + BATCH_ROWS, total)
-            rows = {name: [] for name in STAGING_SCHEMA.names}
+            rows: dict[str, list] = {name: [] for name in STAGING_SCHEMA.names}
             for index, row in enumerate(_read_rows(dataset[start:stop], paths), start):
                 if (kept := keep(index, row, tally)) is not None:
                     for n, values in enumerate(kept.written(manifest.name, reverse)):
@@ -255,9 +255,9 @@ class RowFilter:
         query, positive, whole_keys, cut = self._cut(clean(query or ""), clean(positive or ""))
         query_key, positive_key = text_key(query), text_key(positive)
         reason = check(query, positive, query_key, positive_key, score, self.limits)
-        if reason is None and not self.guard.keys.isdisjoint((query_key, positive_key, *whole_keys)):
+        if reason is None and (guarded := self.guard.match(query_key, positive_key, *whole_keys)) is not None:
             reason = "leakage"
-            tally.leaked_rows[self.guard.match(query_key, positive_key, *whole_keys)] += 1
+            tally.leaked_rows[guarded] += 1
         if reason is None:
             pair = pair_key(query_key, positive_key)
             # A symmetric source's (b, a) is its (a, b): both orders are looked up and remembered.

@@ -87,6 +87,7 @@ class BiEncoderRescorer:
     def __init__(self, config: RescoreConfig, chunk_rows: int):
         from neoembed.embedder import load_embedder
 
+        assert config.model is not None  # load_rescorer makes none without a model
         self.model = load_embedder(config.model)
         self.batch_size, self.chunk_rows = config.batch_size, chunk_rows
 

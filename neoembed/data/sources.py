@@ -122,6 +122,7 @@ def _retrieval(manifest: Manifest, local: Path | None):
     from datasets import Dataset
 
     spec = manifest.retrieval
+    assert spec is not None  # the manifest's validation: kind "retrieval" has its section
     qrels = _load(manifest, spec.qrels, local)
     queries = _load(manifest, spec.queries, local)
     corpus = _load(manifest, spec.corpus, local)
@@ -152,7 +153,7 @@ def _retrieval(manifest: Manifest, local: Path | None):
         for i, title, text in zip(batch["_id"], titles, batch["text"]):
             if str(i) in wanted_docs:
                 docs[str(i)] = (title or "", text)
-    rows = {"query": [], "title": [], "text": [], "score": []}
+    rows: dict[str, list] = {"query": [], "title": [], "text": [], "score": []}
     for q, d, s in pairs:
         if q in query_text and d in docs:  # dangling ids are counted by the caller as rows not read
             title, text = docs[d]
@@ -241,10 +242,10 @@ def _wordnet(manifest: Manifest, local: Path | None):
 
     every_sense = functools.cache(lambda lemma: word(senses[lemma]))
     columns = ("query", "positive", "pair", "synset", "synsets", "lemmas", "hypernymy", "similar")
-    rows = {name: [] for name in columns}
+    rows: dict[str, list] = {name: [] for name in columns}
     for query, positive, pair, s in training_pairs(synsets, manifest.options.wordnet_pairs):
         if pair == "example_gloss":
-            related = ([s.id], [], [], [])
+            related: tuple[list[str], ...] = ([s.id], [], [], [])
         elif pair == "lemmas_gloss":
             related = word([s])
         else:  # the positive is a bare word, so it is every sense of that word (this synset's among them)

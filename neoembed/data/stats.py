@@ -96,7 +96,7 @@ def sum_counts(counts: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def build_totals(sources: dict[str, SourceStats]) -> BuildTotals:
-    leaked = Counter()  # update, unlike +, keeps a guarded set that dropped nothing
+    leaked: Counter[str] = Counter()  # update, unlike +, keeps a guarded set that dropped nothing
     for source in sources.values():
         leaked.update(source["rows_dropped_for_leakage"])
     rows_out = sum(s["rows_out"] for s in sources.values())
@@ -118,7 +118,7 @@ def _row(cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def render_markdown(stats: dict) -> str:
+def render_markdown(stats: Mapping[str, Any]) -> str:
     sources, total = stats["sources"], stats["total"]
     reasons = [r for r in REASONS if total["dropped"][r]] or ["duplicate"]
     lines = [
@@ -242,7 +242,7 @@ def size_warnings(sources: dict) -> list[str]:
     return warnings
 
 
-def mining_summary(stats: dict) -> list[str]:
+def mining_summary(stats: Mapping[str, Any]) -> list[str]:
     """One line per mined source: what each rule removed, for the build's closing message."""
     lines = []
     for name, s in stats["sources"].items():

@@ -81,7 +81,7 @@ def _parse_line(line: str, where: str) -> tuple[Synset, list[tuple[str, str, str
     gloss = (tail if quote < 0 else tail[:quote]).strip().rstrip(";").strip()
     examples = tuple(e.strip() for e in _QUOTED.findall(tail[quote:]) if e.strip()) if quote >= 0 else ()
     synset = Synset(id=f"{offset}-{ss_type}", pos=ss_type, lemmas=lemmas, gloss=gloss, examples=examples)
-    return synset, [p for p in pointers if p[0] in _HYPERNYM or p[0] == _SIMILAR]
+    return synset, [(p[0], p[1], p[2]) for p in pointers if p[0] in _HYPERNYM or p[0] == _SIMILAR]
 
 
 @functools.lru_cache(maxsize=4)
@@ -99,12 +99,16 @@ def _load(path: Path) -> tuple[Synset, ...]:
     ids = {(s.id.split("-")[0], "a" if s.pos == "s" else s.pos): s.id for s, _ in parsed}
     synsets = []
     for synset, pointers in parsed:
-        targets = {"hypernyms": [], "similar": []}
+        targets: dict[str, list[str]] = {"hypernyms": [], "similar": []}
         for symbol, offset, pos in pointers:
             target = ids.get((offset, pos))
             if target is not None:  # every pointer of WordNet 3.0 resolves; a trimmed copy may lack some
                 targets["similar" if symbol == _SIMILAR else "hypernyms"].append(target)
-        synsets.append(dataclasses.replace(synset, **{k: tuple(v) for k, v in targets.items()}))
+        synsets.append(
+            dataclasses.replace(
+                synset, hypernyms=tuple(targets["hypernyms"]), similar=tuple(targets["similar"])
+            )
+        )
     return tuple(synsets)
 
 

@@ -187,7 +187,7 @@ class MLMBatches(torch.utils.data.Dataset):
 
     def rows_of(self, item: int) -> tuple[int, list[int]]:
         """(bucket, row indices) of micro-batch `item`: the next rows of that bucket's shuffled stream."""
-        if self.item_bucket is None:
+        if self.item_bucket is None or self.item_rank is None:  # set together: one bucket, or several
             bucket, rank = 0, item
         else:
             bucket, rank = int(self.item_bucket[item]), int(self.item_rank[item])

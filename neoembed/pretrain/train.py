@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import Trainer
 
 from neoembed.precision import resolve_precision
@@ -80,7 +81,9 @@ class PretrainTrainer(Trainer):
                 total_steps=num_training_steps,
                 min_ratio=optim.min_lr_ratio,
             )
-            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
+            optimizer = optimizer or self.optimizer
+            assert optimizer is not None  # the Trainer creates its optimizer before the scheduler
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return self.lr_scheduler
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -144,7 +147,9 @@ def build_model(settings: PretrainSettings, tokenizer) -> NeoBERTForMaskedLM:
             settings.model.embeddings_from, tokenizer, model.config.hidden_size
         )
         with torch.no_grad():
-            model.get_input_embeddings().weight[: len(vectors)] = vectors
+            embeddings = model.get_input_embeddings()
+            assert isinstance(embeddings, nn.Embedding)
+            embeddings.weight[: len(vectors)] = vectors
     return model
 
 

@@ -182,6 +182,7 @@ class VarlenBatch:
         """q, k, v: (tokens, heads, head_dim) -> (tokens, heads, head_dim); no attention across sequences."""
         if self.kernel in FUSED_VARLEN_KERNELS:
             fused = _varlen_kernel_imports()[self.kernel]
+            assert callable(fused)  # FUSED_VARLEN_KERNELS names only kernels that imported
             cu, longest = self.cu_seqlens, self.max_seqlen
             return fused(q, k, v, cu, cu, longest, longest), None
         if self._plan is None:
@@ -223,8 +224,9 @@ def _attend_grouped(q, k, v, plan: list[slice | SequenceGroup]) -> torch.Tensor:
             seq = [t[part].transpose(0, 1).unsqueeze(0) for t in (q, k, v)]  # (1, heads, len, head_dim)
             out[part] = F.scaled_dot_product_attention(*seq)[0].transpose(0, 1)
             continue
-        gathered = [t[part.index].transpose(1, 2) for t in (q, k, v)]  # (group, heads, longest, head_dim)
-        attended = F.scaled_dot_product_attention(*gathered, attn_mask=part.key_mask)
+        # (group, heads, longest, head_dim) each
+        q_group, k_group, v_group = (t[part.index].transpose(1, 2) for t in (q, k, v))
+        attended = F.scaled_dot_product_attention(q_group, k_group, v_group, attn_mask=part.key_mask)
         out[part.targets] = attended.transpose(1, 2).flatten(0, 1)[part.real_slots]
     return out
 

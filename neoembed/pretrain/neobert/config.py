@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
@@ -85,6 +87,7 @@ class NeoBERTConfig(PreTrainedConfig):
 
     @property
     def head_dim(self) -> int:
+        assert self.dim_head is not None  # __post_init__ derives it when not given
         return self.dim_head
 
     @property
@@ -123,7 +126,7 @@ def backend_for_implementation(requested: str | None, backend: str) -> str:
 
 def tiny_config(**overrides) -> NeoBERTConfig:
     """A NeoBERT small enough for tests and CPU demos (2 layers x 64 hidden), same vocabulary."""
-    fields = dict(
+    fields: dict[str, Any] = dict(
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=192, max_length=512
     )
     fields.update(overrides)

@@ -161,7 +161,7 @@ class NeoBERTModel(NeoBERTPreTrainedModel):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.encoder
 
-    def set_input_embeddings(self, value: nn.Embedding):
+    def set_input_embeddings(self, value):
         self.encoder = value
 
     def forward(
@@ -390,7 +390,7 @@ class NeoBERTForSequenceClassification(NeoBERTPreTrainedModel):
         self.model = NeoBERTModel(config)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)  # type: ignore[arg-type]  # from id2label: never None
         self.post_init()
 
     @torch.no_grad()
