@@ -112,8 +112,9 @@ def synonym_pairs(n_pairs: int = 400) -> Dataset:
         while other.id == synset.id or own & {lemma.lower() for lemma in other.lemmas}:
             other = rng.choice(by_pos[POS_NAMES[synset.pos]])
         rows.append((rng.choice(sorted(own)), other.lemmas[0].lower(), 0))
-    first, second, labels = zip(*rows, strict=True)
-    return Dataset.from_dict({"sentence1": list(first), "sentence2": list(second), "labels": list(labels)})
+    return Dataset.from_dict(
+        {"sentence1": [r[0] for r in rows], "sentence2": [r[1] for r in rows], "labels": [r[2] for r in rows]}
+    )
 
 
 def pos_classification(per_label: int = 50) -> DatasetDict:
@@ -264,6 +265,5 @@ LOCAL_BENCHMARK_TASKS: tuple[type[AbsTask], ...] = (
 )
 # Every local task by name: the benchmark's, and the package descriptions, the held-out set of the second
 # corpus `neoembed bench adapt` adapts on (by name only: it reads the Debian mirror's description index).
-LOCAL_TASKS: dict[str, type[AbsTask]] = {
-    cls.metadata.name: cls for cls in (*LOCAL_BENCHMARK_TASKS, PackageDescriptionRetrieval)
-}
+LOCAL_TASKS: dict[str, type[AbsTask]] = {cls.metadata.name: cls for cls in LOCAL_BENCHMARK_TASKS}
+LOCAL_TASKS[PackageDescriptionRetrieval.metadata.name] = PackageDescriptionRetrieval

@@ -95,8 +95,11 @@ def _fingerprint(directory: Path) -> str:
         if rel in ("README.md", META_FILE) or rel.startswith("."):
             continue
         digest.update(rel.encode())
+        file_hash = hashlib.sha256()  # hashlib.file_digest would do, from Python 3.11 on
         with file.open("rb") as fh:
-            digest.update(hashlib.file_digest(fh, "sha256").digest())
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                file_hash.update(block)
+        digest.update(file_hash.digest())
     return digest.hexdigest()[:12]
 
 

@@ -233,10 +233,10 @@ def comparison_pairs(pairs: Sequence[str], summary: Summary) -> list[tuple[str, 
     for pair in pairs:
         model, _, baseline = pair.partition(":")
         if baseline == "best":
-            scored = [m for m in labels if m != model and summary.overall(m).score is not None]
+            scored = {m: s for m in labels if m != model and (s := summary.overall(m).score) is not None}
             if not scored:
                 continue  # nothing scored to compare with
-            baseline = max(scored, key=lambda m: summary.overall(m).score)
+            baseline = max(scored, key=scored.__getitem__)
         resolved.append((model, baseline))
     return list(dict.fromkeys(resolved))
 
@@ -273,8 +273,10 @@ def row_inputs(spec: ModelSpec, summary: Summary, cache: ResultCache) -> dict[st
     by_row = {}
     for row in summary.rows:
         parts = [example_scores(t, predictions_file(cache, spec, t)) for t in row.parts]
-        complete = all(p is not None for p in parts)
-        by_row[row.name] = RowInput(summary.scores[spec.label].get(row.name), parts if complete else None)
+        complete = [p for p in parts if p is not None]
+        by_row[row.name] = RowInput(
+            summary.scores[spec.label].get(row.name), complete if len(complete) == len(parts) else None
+        )
     return by_row
 
 

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field
 
 from neoembed.compilation import InferenceCompile
 from neoembed.evaluation.models import EvalSettings
-from neoembed.recipes import StrictSettings, comma_separated
+from neoembed.recipes import CommaSeparated, StrictSettings
 
 
 class MtebEvalSettings(StrictSettings):
@@ -18,12 +18,12 @@ class MtebEvalSettings(StrictSettings):
     models: tuple[str, ...] = ()
     """Repeatable. A sentence-transformers dir or hub id, 'minilm', a transformers encoder dir or hub id
     (pooled per --pooling), or 'bm25'; none: what `neoembed contrastive` exported here, its base, and bm25."""
-    tasks: comma_separated(tuple[str, ...]) = ()
+    tasks: CommaSeparated[tuple[str, ...]] = ()
     """Comma-separated task names (local WordNet tasks or mteb tasks)."""
     benchmark: str | None = None
     """An mteb benchmark: 'MTEB(eng, v2)' (current English leaderboard), 'MTEB(eng, v1)' (the NeoBERT paper's),
     ... or 'neoembed-local' (offline; the default with no --tasks or --task-types)."""
-    task_types: comma_separated(tuple[str, ...]) = ()
+    task_types: CommaSeparated[tuple[str, ...]] = ()
     """Comma-separated types (Retrieval,STS,...): filters the selection (alone: MTEB(eng, v2))."""
     output: Path = Path("runs/mteb")
     """Results cache and summaries."""

@@ -25,11 +25,19 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from neoembed.mteb_setup import mteb  # noqa: F401 - sets MTEB_CACHE before mteb loads
 
 import numpy as np
 from mteb import AbsTask
+from mteb.abstasks import (
+    AbsTaskClassification,
+    AbsTaskMultilabelClassification,
+    AbsTaskPairClassification,
+    AbsTaskRetrieval,
+    AbsTaskSTS,
+)
 
 N_RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -79,6 +87,7 @@ _PYTREC_PREFIXES["hit_rate_at_"] = "success_"
 
 def _split_data(task: AbsTask, subset: str, split: str):
     dataset = task.dataset
+    assert dataset is not None  # the task's load_data ran
     return dataset[split] if subset not in dataset and subset == "default" else dataset[subset][split]
 
 
@@ -90,7 +99,9 @@ def _full_scorer(n: int, score_one: Callable[[np.ndarray], float]) -> ExampleSco
     return ExampleScores(n, lambda idx: np.array([score_one(row) for row in idx]))
 
 
-def _retrieval_scores(task: AbsTask, predictions: Mapping, subset: str, split: str) -> ExampleScores | None:
+def _retrieval_scores(
+    task: AbsTaskRetrieval, predictions: Mapping, subset: str, split: str
+) -> ExampleScores | None:
     from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores
 
     main = task.metadata.main_score
@@ -119,7 +130,7 @@ _AP_FUNCTIONS = {"max_ap": tuple(_PAIR_SCORES)} | {f"{name}_ap": (name,) for nam
 
 
 def _pair_classification_scores(
-    task: AbsTask, predictions: Mapping, subset: str, split: str
+    task: AbsTaskPairClassification, predictions: Mapping, subset: str, split: str
 ) -> ExampleScores:
     from datasets import Dataset
 
@@ -138,8 +149,10 @@ def _pair_classification_scores(
         return ExampleScores(
             len(labels), lambda idx: np.max([average_precisions(labels[idx], s[idx]) for s in signed], axis=0)
         )
+    # mteb's saved predictions, cut to the resampled examples: the same keys as its own distances
     return _full_scorer(
-        len(labels), lambda i: task._compute_metrics({k: v[i] for k, v in columns.items()}, labels[i])[main]
+        len(labels),
+        lambda i: task._compute_metrics(cast(Any, {k: v[i] for k, v in columns.items()}), labels[i])[main],
     )
 
 
@@ -162,17 +175,21 @@ def average_precisions(labels: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return (gained * precision).sum(axis=1) / np.maximum(true_positives[:, -1], 1)
 
 
-def _sts_scores(task: AbsTask, predictions: Mapping, subset: str, split: str) -> ExampleScores:
+def _sts_scores(task: AbsTaskSTS, predictions: Mapping, subset: str, split: str) -> ExampleScores:
     gold = np.array([task._normalize(s) for s in _split_data(task, subset, split)["score"]])
     columns = {k: np.asarray(v) for k, v in predictions.items() if len(v) == len(gold)}
     main = task.metadata.main_score
+    # mteb's saved predictions, cut to the resampled examples; `main` is one of the scores' keys
     return _full_scorer(
-        len(gold), lambda i: task._calculate_scores({k: v[i] for k, v in columns.items()}, gold[i])[main]
+        len(gold),
+        lambda i: cast(
+            Any, task._calculate_scores(cast(Any, {k: v[i] for k, v in columns.items()}), gold[i])
+        )[main],
     )
 
 
 def _classification_scores(
-    task: AbsTask, predictions: Sequence, subset: str, split: str
+    task: AbsTaskClassification, predictions: Sequence, subset: str, split: str
 ) -> ExampleScores | None:
     if task.metadata.main_score != "accuracy":
         return None
@@ -182,12 +199,6 @@ def _classification_scores(
 
 
 def _scorer_for(task: AbsTask):
-    from mteb.abstasks.classification import AbsTaskClassification
-    from mteb.abstasks.multilabel_classification import AbsTaskMultilabelClassification
-    from mteb.abstasks.pair_classification import AbsTaskPairClassification
-    from mteb.abstasks.retrieval import AbsTaskRetrieval
-    from mteb.abstasks.sts import AbsTaskSTS
-
     if isinstance(task, AbsTaskRetrieval):
         return _retrieval_scores
     if isinstance(task, AbsTaskPairClassification):
@@ -270,10 +281,10 @@ def mean_of(inputs: Sequence[RowInput]) -> RowInput:
     the examples the mean of their resampled scores, so that a paired test of two recipes compares their
     seed-averaged scores query by query. Per-example scores only where every run has them, on the same
     examples."""
-    scores = [i.score for i in inputs]
-    score = None if any(s is None for s in scores) else float(np.mean(scores))
-    runs = [i.parts for i in inputs]
-    if any(parts is None for parts in runs) or len({tuple(_sizes(parts)) for parts in runs}) != 1:
+    scores = [i.score for i in inputs if i.score is not None]
+    score = float(np.mean(scores)) if len(scores) == len(inputs) else None
+    runs = [i.parts for i in inputs if i.parts is not None]
+    if len(runs) < len(inputs) or len({tuple(_sizes(parts)) for parts in runs}) != 1:
         return RowInput(score, None)
     return RowInput(score, [[_averaged(units) for units in zip(*part)] for part in zip(*runs)])
 
@@ -291,7 +302,8 @@ def compare_pair(
 ) -> list[Difference]:
     """Differences (model - baseline) per row both have a score for, then the average over those rows."""
     rng = np.random.default_rng(seed)
-    out, replicates = [], []
+    out: list[Difference] = []
+    replicates: list[np.ndarray | None] = []
     for name, (ours, theirs) in rows.items():
         if ours.score is None or theirs.score is None:
             continue

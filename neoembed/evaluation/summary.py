@@ -126,8 +126,8 @@ def summarize(
                 task_score(by_task[t.metadata.name], t) if t.metadata.name in by_task else None
                 for t in row.parts
             ]
-            complete = parts and all(p is not None for p in parts)
-            scores[model][row.name] = float(np.mean(parts)) if complete else None
+            scored = [p for p in parts if p is not None]
+            scores[model][row.name] = float(np.mean(scored)) if parts and len(scored) == len(parts) else None
     na = {m: set(not_applicable.get(m, ())) if not_applicable else set() for m in results}
     return Summary(list(results), rows, scores, na)
 
@@ -172,7 +172,7 @@ def _difference_cell(d: Difference | None) -> str:
     if d is None:
         return "-"
     text = f"{100 * d.difference:+.2f}"
-    if d.p_value is None:
+    if d.p_value is None or d.low is None or d.high is None:
         return f"{text} (no interval)"
     mark = " *" if d.significant else ""
     return f"{text} [{100 * d.low:+.2f}, {100 * d.high:+.2f}] p={d.p_value:.3f}{mark}"
@@ -285,7 +285,9 @@ def _plot_differences(summary: Summary, ax, names: list[str]) -> None:
     pairs = summary.compared_pairs()
     step = 0.8 / len(pairs)
     for i, pair in enumerate(pairs):
-        ys, xs, errors = [], [], [[], []]
+        ys: list[float] = []
+        xs: list[float] = []
+        errors: list[list[float]] = [[], []]
         for j, name in enumerate(names):
             d = summary.difference(pair, name)
             if d is None:
