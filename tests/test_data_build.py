@@ -387,6 +387,22 @@ def test_every_character_that_draws_nothing_is_dropped_from_the_key_and_every_bl
     word = text_key("compiler")
     assert [hex(ord(c)) for c in invisible if text_key(f"comp{c}iler") != word] == []
     # blank look-alikes that are not ignorable: no-break and typographic spaces, the ideographic space, Braille
+    # two more that draw nothing, though no Unicode property says so
+    assert text_key("comp\u2d7fil\U0001d159er") == word
     blanks = ["\u00a0", "\u2007", "\u202f", "\u205f", "\u3000", "\u2800", "\u1680"]
     assert {text_key(f"source{b}code") for b in blanks} == {text_key("source code")}
     assert text_key("sourcecode") != text_key("source code")
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("nothing", ["\u2800", "\u2d7f", "\U0001d159", "\u200b", "\u2800 \U0001d159"])
+def test_a_text_that_shows_nothing_is_empty_though_clean_keeps_it(nothing):
+    from neoembed.data.normalize import Limits, check, clean, clean_negatives, text_key
+
+    limits = Limits(min_chars=1, max_chars=100, min_score=None)
+    text = clean(nothing * 3)
+    assert text  # not whitespace to str.split: clean alone would store it
+    query, key = "what is a compiler?", text_key("what is a compiler?")
+    assert check(query, text, key, text_key(text), None, limits) == "empty"
+    assert check(text, query, text_key(text), key, None, limits) == "empty"
+    assert clean_negatives([nothing * 3, "a real negative"], key, 0, limits)[0] == ["a real negative"]
