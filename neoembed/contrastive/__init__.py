@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         SetScores as SetScores,
         relative_change as relative_change,
     )
+    from .selection import evaluated_texts as evaluated_texts, refuse_shared as refuse_shared
     from .settings import (
         ContrastiveOptim as ContrastiveOptim,
         ContrastiveSettings as ContrastiveSettings,

@@ -13,7 +13,7 @@ choosing on evaluation data would report a tuned score as a held-out one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,8 +76,26 @@ def _texts(retrieval: Retrieval) -> list[str]:
     return [*queries.values(), *corpus.values()]
 
 
-def _shared(texts: list[str], keys: set[int]) -> int:
+def _shared(texts: list[str], keys: Collection[int]) -> int:
     return sum(text_key(text) in keys for text in texts)
+
+
+def evaluated_texts(eval_sets: Sequence[HeldOutSet]) -> frozenset[int]:
+    """The text keys of every query and document of `eval_sets` and of the sets every run is scored on
+    (ALWAYS_EVALUATED): text a selection set may never hold."""
+    return frozenset(
+        text_key(text) for spec in [*eval_sets, *ALWAYS_EVALUATED] for text in _texts(retrieval_set(spec))
+    )
+
+
+def refuse_shared(spec: HeldOutSet, texts: list[str], keys: Collection[int], what: str) -> None:
+    """A general selection set holding any of `keys` (training or evaluation texts) is refused, named."""
+    if shared := _shared(texts, keys):
+        raise RecipeError(
+            f"export.selection.general {spec.label}: {shared} of its {len(texts)} texts are also "
+            f"{what}; select on text the run neither trains on nor is evaluated on",
+            param="export.selection.general",
+        )
 
 
 def selection_split(settings: ContrastiveSettings, sources: dict[str, Dataset]):
@@ -89,18 +107,11 @@ def selection_split(settings: ContrastiveSettings, sources: dict[str, Dataset]):
         else (sources, SelectionSplit())
     )
     training = set(np.concatenate([text_keys(d).ravel() for d in sources.values()]).tolist())
-    evaluated = set()
-    for spec in [*settings.eval.sets, *ALWAYS_EVALUATED]:
-        evaluated.update(text_key(text) for text in _texts(retrieval_set(spec)))
+    evaluated = evaluated_texts(settings.eval.sets)
     for spec in selection.general:
         texts = _texts(found := retrieval_set(spec))
-        for what, keys in (("training texts", training), ("evaluation texts", evaluated)):
-            if shared := _shared(texts, keys):
-                raise RecipeError(
-                    f"export.selection.general {spec.label}: {shared} of its {len(texts)} texts are also "
-                    f"{what}; select on text the run neither trains on nor is evaluated on",
-                    param="export.selection.general",
-                )
+        refuse_shared(spec, texts, training, "training texts")
+        refuse_shared(spec, texts, evaluated, "evaluation texts")
         split.general[spec.label] = SelectionSet(found, prompt_source(spec))
     for name, chosen in split.in_domain.items():
         if shared := _shared(_texts(chosen.retrieval), evaluated):
