@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from neoembed.adapt import CorpusError, make_pairs, read_corpus, read_texts
 from neoembed.cli import app
+from neoembed.contrastive import evaluated_texts
 from neoembed.data import foldoc_retrieval, load_records
 
 WORDS = [
@@ -100,6 +101,7 @@ def test_the_corpus_is_cleaned_deduplicated_and_guarded(tmp_path):
         min_words=5,
         min_documents=100,
         selection=30,
+        evaluated=evaluated_texts([]),
         eval_texts=(tmp_path / "queries.txt",),
     )
     counts = corpus.counts
@@ -229,3 +231,37 @@ def test_bad_input_is_one_line(tmp_path, encoder):
     corpus = write(tmp_path / "docs.txt", documents(300))
     assert "holds an ONNX graph and no trainable weights" in refused(adapt_args(corpus, out, onnx))
     assert not (out / "pairs").exists()  # refused before any work
+
+
+def test_a_corpus_quoting_the_held_out_sets_runs_to_the_end(tmp_path, encoder):
+    """A dictionary that copies FOLDOC: documents opening with a held-out definition (whose `lead` query is that
+    evaluation text), the definitions alone, and held-out terms inside longer text. The pairs carrying an
+    evaluated text leave the selection split, counted; nothing stops on the built-in guard."""
+    terms, definitions, _ = foldoc_retrieval()
+    one_sentence = [
+        d for d in definitions.values() if d.count(". ") == 0 and d.endswith(".") and len(d.split()) > 8
+    ]
+    quoted = one_sentence[:150]
+    filler = documents(300, seed=1)
+    texts = [
+        *(f"{definition} {rest}" for definition, rest in zip(quoted, filler, strict=False)),
+        *quoted[:30],  # the held-out documents themselves: trained on, never selected on
+        *(
+            f"The {term} is named here. {rest}"
+            for term, rest in zip(list(terms.values())[:30], filler[150:], strict=False)
+        ),
+        *documents(150),
+    ]
+    corpus, out = write(tmp_path / "dictionary.jsonl", texts), tmp_path / "run"
+    result = CliRunner().invoke(app, adapt_args(corpus, out, encoder))
+    assert result.exit_code == 0, result.output
+    dropped = json.loads((out / "adapt.json").read_text())["dropped"]
+    assert dropped["selection"].get("lead", 0) > 0, dropped
+    pairs_line = next(line for line in result.output.splitlines() if line.startswith("pairs: "))
+    assert "(dropped for carrying an evaluation or selection text: " in pairs_line
+    assert f"lead {dropped['selection']['lead']}" in pairs_line.split("selection ", 1)[1]
+    evaluated = {text.casefold() for text in [*definitions.values(), *terms.values()]}
+    held = load_records(out / "selection")
+    assert (
+        not {t.casefold() for rows in held.values() for t in [*rows["query"], *rows["positive"]]} & evaluated
+    )

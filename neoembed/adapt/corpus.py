@@ -104,13 +104,6 @@ def query_guard(eval_texts: tuple[Path, ...] = ()) -> LeakGuard:
     return LeakGuard({"foldoc": foldoc, "eval_texts": frozenset(read_eval_keys(eval_texts))})
 
 
-def evaluated_documents() -> frozenset[int]:
-    """Documents every run scores on (FOLDOC's held-out definitions): allowed in training, never in the
-    selection split, which must not choose on evaluation text (`contrastive.selection` refuses it)."""
-    _, definitions, _ = foldoc_retrieval()
-    return frozenset(text_key(clean(text)) for text in definitions.values())
-
-
 def read_corpus(
     path: Path,
     *,
@@ -118,11 +111,12 @@ def read_corpus(
     min_words: int,
     min_documents: int,
     selection: int,
+    evaluated: frozenset[int],
     eval_texts: tuple[Path, ...] = (),
 ) -> Corpus:
     """The documents of `path` with at least `min_words` words, once each and none a guarded evaluation
-    query; `selection` of them (the last in a fixed pseudo-random order that are no evaluation's document, at
-    most a fifth) held out for selection."""
+    query; `selection` of them (the last in a fixed pseudo-random order whose text key is not in `evaluated`,
+    the texts a selection split may not hold; at most a fifth) held out for selection."""
     texts = read_texts(path, field)
     guard = query_guard(eval_texts)
     kept, seen, leaked = [], set(), dict.fromkeys(guard.sets, 0)
@@ -147,7 +141,6 @@ def read_corpus(
             f"needs at least {min_documents}"
         )
     kept.sort(key=lambda item: item[0])  # the text key's order: fixed, and unrelated to the file's
-    evaluated = evaluated_documents()
     candidates = [i for i, (key, _) in enumerate(kept) if key not in evaluated]
     held = set(candidates[len(candidates) - min(selection, len(kept) // 5) :])
     train = [text for i, (_, text) in enumerate(kept) if i not in held]

@@ -182,9 +182,13 @@ def make_pairs(
     return made
 
 
-def write_pairs(out: Path, pairs: dict[str, list[Pair]], *, config: dict, leaked: dict[str, int]) -> None:
+def write_pairs(
+    out: Path, pairs: dict[str, list[Pair]], *, config: dict, leaked: dict[str, int], dropped: dict[str, int]
+) -> None:
     """`pairs` as a build in `out`: `<out>/<source>/part-00000.parquet` (query, positive, negatives, source)
-    per source, then `stats.json`, last, as the builder writes it (its presence marks the build complete)."""
+    per source, then `stats.json`, last, as the builder writes it (its presence marks the build complete).
+    `leaked`: documents left out as evaluation queries; `dropped`: pairs per source left out for carrying a
+    text they may not (`adapt.run.without_texts`)."""
     import pyarrow as pa
 
     sources = {}
@@ -211,6 +215,7 @@ def write_pairs(out: Path, pairs: dict[str, list[Pair]], *, config: dict, leaked
         "total": {
             "rows_out": sum(len(rows) for rows in pairs.values()),
             "rows_dropped_for_leakage": dict(leaked),
+            "pairs_dropped_for_guarded_text": dict(dropped),
         },
     }
     write_json(Path(out) / "stats.json", stats)

@@ -5,7 +5,10 @@ The run directory (`train.output_dir`) holds:
   selection/  pairs of the held-out documents: the selection split export.base_weight auto chooses on
   train/      the contrastive run: checkpoints, metrics.jsonl, recipe, summary.json
   model/      the adapted sentence-transformers directory (unless export.path says elsewhere)
-  adapt.json  what the corpus gave: rows read, documents kept and left out (and why), pairs per method
+  adapt.json  what the corpus gave: rows read, documents kept and left out (and why), pairs per method, and
+              the pairs dropped for carrying an evaluation or selection text (training and selection alike)
+Every check that can refuse (the base model, the recipe's selection sets against the evaluation texts) runs
+before any pair is made; pair-making itself drops what the trainer's checks would refuse, and counts it.
 Re-running the same command resumes: the pairs are kept when made from the same corpus file and settings
 (anything else is an error, not a silent rebuild over a run that trained on the old ones), and training
 resumes from its newest complete checkpoint.
@@ -28,6 +31,8 @@ from neoembed.contrastive import (
     DataSettings,
     HeldOutSet,
     check_trainable,
+    evaluated_texts,
+    refuse_shared,
     retrieval_set,
     run_contrastive,
 )
@@ -44,6 +49,7 @@ MIN_SELECTION = 20  # pairs a method's selection set needs to rank anything wort
 class AdaptResult:
     corpus: CorpusCounts
     pairs: dict[str, int]  # method -> training pairs made
+    dropped: dict[str, dict[str, int]]  # "pairs" | "selection" -> method -> pairs carrying a guarded text
     training: ContrastiveResult
 
 
@@ -70,8 +76,9 @@ def training_rows(settings: AdaptSettings) -> int:
     return max(drawn, train.batch_size)
 
 
-def ensure_pairs(out: Path, config: dict[str, Any], make) -> dict[str, int]:
-    """The pairs in `out` (made by `make()` unless a finished set from the same `config` is there)."""
+def ensure_pairs(out: Path, config: dict[str, Any], make) -> tuple[dict[str, int], dict[str, int]]:
+    """The pairs in `out` (made by `make()` unless a finished set from the same `config` is there): pairs per
+    method, and pairs dropped per method for carrying a guarded text."""
     stats_file = out / "stats.json"
     if stats_file.exists():
         stats = json.loads(stats_file.read_text(encoding="utf-8"))
@@ -80,10 +87,11 @@ def ensure_pairs(out: Path, config: dict[str, Any], make) -> dict[str, int]:
                 f"{out} holds pairs made from another corpus or other settings; use another train.output_dir",
                 param="train.output_dir",
             )
-        return {source: s["rows_out"] for source, s in stats["sources"].items()}
-    pairs, leaked = make()
-    write_pairs(out, pairs, config={"made_from": config}, leaked=leaked)
-    return {method: len(rows) for method, rows in pairs.items()}
+        made = {source: s["rows_out"] for source, s in stats["sources"].items()}
+        return made, stats["total"]["pairs_dropped_for_guarded_text"]
+    pairs, leaked, dropped = make()
+    write_pairs(out, pairs, config={"made_from": config}, leaked=leaked, dropped=dropped)
+    return {method: len(rows) for method, rows in pairs.items()}, dropped
 
 
 def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
@@ -92,17 +100,25 @@ def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
     return {method: rows for method, rows in pairs.items() if len(rows) >= least}
 
 
-def without_texts(pairs: dict[str, list[Pair]], keys: frozenset[int]) -> dict[str, list[Pair]]:
-    """`pairs` less those with a query or positive whose text key is in `keys`."""
-    return {method: [p for p in rows if keys.isdisjoint(map(text_key, p))] for method, rows in pairs.items()}
+def without_texts(
+    pairs: dict[str, list[Pair]], keys: frozenset[int]
+) -> tuple[dict[str, list[Pair]], dict[str, int]]:
+    """`pairs` less those with a query or positive whose text key is in `keys`, and how many each method lost
+    (only methods that lost some)."""
+    kept = {method: [p for p in rows if keys.isdisjoint(map(text_key, p))] for method, rows in pairs.items()}
+    lost = {method: len(pairs[method]) - len(rows) for method, rows in kept.items()}
+    return kept, {method: n for method, n in lost.items() if n}
 
 
-def general_texts(settings: AdaptSettings) -> frozenset[int]:
-    """The text keys of export.selection.general's sets: no training pair may carry one."""
+def general_texts(settings: AdaptSettings, evaluated: frozenset[int]) -> frozenset[int]:
+    """The text keys of export.selection.general's sets, which no training pair may carry. A set that holds
+    evaluation texts is refused here, before any pair is made, as the trainer would refuse it after."""
     keys: set[int] = set()
     for spec in settings.export.selection.general:
         queries, corpus, _ = retrieval_set(spec)
-        keys.update(text_key(text) for text in [*queries.values(), *corpus.values()])
+        texts = [*queries.values(), *corpus.values()]
+        refuse_shared(spec, texts, evaluated, "evaluation texts")
+        keys.update(map(text_key, texts))
     return frozenset(keys)
 
 
@@ -147,8 +163,11 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
     """Adapt `model.base` to the corpus per `settings`; see the module's docstring for what is written."""
     out = Path(settings.train.output_dir)
     check_trainable(settings.model.base)  # before any work
+    # The texts the selection split may not hold: every evaluated set's queries and documents.
+    evaluated = evaluated_texts(settings.eval.sets)
+    general = general_texts(settings, evaluated)
     with run_lock(out):
-        corpus = settings.corpus.read()
+        corpus = settings.corpus.read(evaluated)
         config, pairs = pair_config(settings, corpus.guard), settings.pairs
         options = {
             "seed": settings.train.seed,
@@ -161,7 +180,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
             made = make_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
             # No evaluation query may be trained on, and the general selection sets must be text the run does
             # not train on (the selection refuses them).
-            made = without_texts(made, corpus.guard.keys | general_texts(settings))
+            made, dropped = without_texts(made, corpus.guard.keys | general)
             if not (usable := enough(made, batch)):
                 counts = ", ".join(f"{method} {len(rows)}" for method, rows in made.items())
                 raise CorpusError(
@@ -169,18 +188,20 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
                     "documents are too few or too short for these methods",
                     param="corpus.path",
                 )
-            return usable, corpus.counts.leaked
+            return usable, corpus.counts.leaked, dropped
 
-        made = ensure_pairs(out / PAIRS, config, training_pairs)
+        made, dropped = ensure_pairs(out / PAIRS, config, training_pairs)
 
         def selection_pairs():
             held = make_pairs(corpus.selection, list(made), **options)
-            # A short query can recur across documents: a pair sharing a text with training, or equal to an
-            # evaluation query, would be choosing on text the selection split refuses.
-            held = without_texts(held, corpus.guard.keys | training_texts(out / PAIRS))
-            return enough(held, MIN_SELECTION), {}
+            # A short query can recur across documents, and a document's first sentence or span can be an
+            # evaluation's text (a definition a dictionary copies): a pair sharing a text with training or with
+            # any evaluated set would be choosing on text the selection split refuses.
+            held, lost = without_texts(held, corpus.guard.keys | evaluated | training_texts(out / PAIRS))
+            return enough(held, MIN_SELECTION), {}, lost
 
-        selection = ensure_pairs(out / SELECTION, config, selection_pairs)
-        write_json(out / REPORT, {"corpus": asdict(corpus.counts), "pairs": made})
+        selection, selection_dropped = ensure_pairs(out / SELECTION, config, selection_pairs)
+        dropped_pairs = {"pairs": dropped, "selection": selection_dropped}
+        write_json(out / REPORT, {"corpus": asdict(corpus.counts), "pairs": made, "dropped": dropped_pairs})
     training = run_contrastive(contrastive_settings(settings, out, list(selection)))
-    return AdaptResult(corpus.counts, made, training)
+    return AdaptResult(corpus.counts, made, dropped_pairs, training)

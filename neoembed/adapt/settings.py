@@ -42,8 +42,9 @@ class CorpusSettings(StrictSettings):
     left out and counted, as are FOLDOC's held-out terms (the leakage guard; documents of an evaluation's
     corpus are allowed: they are what a user searches)."""
 
-    def read(self) -> Corpus:
-        """The documents these settings name, cleaned, guarded and split (`read_corpus`)."""
+    def read(self, evaluated: frozenset[int]) -> Corpus:
+        """The documents these settings name, cleaned, guarded and split (`read_corpus`); `evaluated`: the
+        texts no selection document may be."""
         from neoembed.adapt.corpus import read_corpus
 
         return read_corpus(
@@ -52,6 +53,7 @@ class CorpusSettings(StrictSettings):
             min_words=self.min_words,
             min_documents=self.min_documents,
             selection=self.selection,
+            evaluated=evaluated,
             eval_texts=tuple(Path(p) for p in self.eval_texts),
         )
 

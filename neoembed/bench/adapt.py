@@ -28,6 +28,7 @@ from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, w
 from neoembed.bench.seeds import SeedAverages, difference_cell
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
+from neoembed.contrastive import evaluated_texts
 from neoembed.run_files import METRICS_FILE, read_jsonl, write_text
 
 FOLDOC_TASK = "FOLDOCDefinitionRetrieval"
@@ -186,7 +187,12 @@ def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> 
             bench.fresh,
             # The documents are read only when TSDAE trains: a reused run needs none.
             lambda: tsdae_baseline.train(
-                bench.model, settings.corpus.read().train, tsdae_dir, tsdae_dir / "model", minutes, max_length
+                bench.model,
+                settings.corpus.read(evaluated_texts(settings.eval.sets)).train,
+                tsdae_dir,
+                tsdae_dir / "model",
+                minutes,
+                max_length,
             ),
         )
     return runs

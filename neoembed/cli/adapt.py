@@ -36,7 +36,16 @@ def adapt(settings: AdaptSettings) -> None:
         f"select on"
         + (f" (left out: {', '.join(p for p in (left_out, leaked) if p)})" if left_out or leaked else "")
     )
-    typer.echo("pairs: " + ", ".join(f"{method} {n}" for method, n in result.pairs.items()))
+    dropped = "; ".join(
+        f"{split} " + ", ".join(f"{method} {n}" for method, n in lost.items())
+        for split, lost in result.dropped.items()
+        if lost
+    )
+    typer.echo(
+        "pairs: "
+        + ", ".join(f"{method} {n}" for method, n in result.pairs.items())
+        + (f" (dropped for carrying an evaluation or selection text: {dropped})" if dropped else "")
+    )
     training = result.training
     typer.echo(f"steps: {training.steps}; base weight kept: {training.base_weight}")
     for line in training.score_lines():
