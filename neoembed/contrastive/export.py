@@ -18,7 +18,7 @@ from neoembed.contrastive.lora import has_adapters, merge_adapters
 from neoembed.contrastive.model import BaseModelError
 from neoembed.contrastive.model_card import TrainingFacts, is_hub_id, model_card
 from neoembed.contrastive.model_meta import export_model_meta, write_model_meta
-from neoembed.embedder import TOKENIZER_RECORD, position_limit, tokenizer_record
+from neoembed.embedder import TOKENIZER_RECORD, position_limit, require_finite_weights, tokenizer_record
 from neoembed.evaluation import META_FILE
 from neoembed.extras import install_hint
 from neoembed.run_files import write_json, write_text
@@ -43,6 +43,7 @@ def export_model(model, path: Path, facts: TrainingFacts, prompts: dict[str, str
     path = Path(path)
     if has_adapters(model):
         merge_adapters(model)
+    require_finite_weights(model, what=f"export to {path}")
     model.prompts.update(prompts or {})
     model.save(str(path), safe_serialization=True, create_model_card=False)
     write_portable_configs(path, model)

@@ -17,6 +17,7 @@ datasets, dimensions, ...), which becomes the base of that identity and is saved
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from neoembed.embedder import (
 )
 from neoembed.errors import InputError
 from neoembed.evaluation.model_meta import META_FILE, read_model_meta
+from neoembed.finite import require_finite
 from neoembed.recipes import StrictSettings
 
 BM25_NAMES = ("bm25", "bm25s")
@@ -243,7 +245,7 @@ def load_model(
             raise ModelLoadError(f"cannot load bm25: {err} (pip install 'mteb[bm25s]')") from err
     model = load_sentence_transformer(spec, settings, device)
     compile_for_inference(model, compile)
-    wrapper = mteb.models.SentenceTransformerEncoderWrapper(model)
+    wrapper = _finite_wrapper()(model)
     # Set directly rather than through the constructor: mteb validates prompt keys against its own task
     # registry, which does not know neoembed's local tasks.
     wrapper.model_prompts = dict(settings.prompts) or None
@@ -256,3 +258,21 @@ def load_model(
         }
     )
     return wrapper
+
+
+@functools.cache
+def _finite_wrapper():
+    """mteb's sentence-transformers wrapper whose every encode refuses non-finite vectors
+    (`finite.NonFiniteVectors`, naming the task, split and rows), so a NaN embedding fails its task instead of
+    scoring as a result. A class made on first use: mteb is imported only once a model is evaluated."""
+    from neoembed.mteb_setup import mteb
+
+    class FiniteEncoderWrapper(mteb.models.SentenceTransformerEncoderWrapper):
+        def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs):
+            vectors = super().encode(
+                inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
+                prompt_type=prompt_type, **kwargs,
+            )  # fmt: skip
+            return require_finite(vectors, what=f"{task_metadata.name} ({hf_subset}, {hf_split})")
+
+    return FiniteEncoderWrapper
