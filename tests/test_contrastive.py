@@ -20,7 +20,8 @@ from neoembed.contrastive.data import (
     load_training_sources,
     text_keys,
 )
-from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
+from neoembed.contrastive.losses.base import with_matryoshka
+from neoembed.contrastive.losses.infonce import InfoNCELoss
 from neoembed.contrastive.model import BaseModelError, build_model
 from neoembed.contrastive.sampler import HomogeneousBatchSampler, SamplerError
 from neoembed.contrastive.settings import ContrastiveSettings

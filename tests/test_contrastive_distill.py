@@ -14,10 +14,13 @@ import torch
 from test_contrastive import features, grads, keys, records, tiny_encoder_dir, write_build
 
 from neoembed.contrastive.data import load_training_sources, text_keys
-from neoembed.contrastive.distill import (
+from neoembed.contrastive.losses.base import with_matryoshka
+from neoembed.contrastive.losses.distill import DistillationLoss, EmbeddingDistillation, ScoreDistillation
+from neoembed.contrastive.losses.infonce import InfoNCELoss
+from neoembed.contrastive.model import build_model
+from neoembed.contrastive.settings import ContrastiveSettings
+from neoembed.contrastive.teacher_cache import (
     DistinctTexts,
-    EmbeddingDistillation,
-    ScoreDistillation,
     TeacherCacheError,
     TeacherTargets,
     cache_teacher_outputs,
@@ -26,9 +29,6 @@ from neoembed.contrastive.distill import (
     teacher_cache_root,
     teacher_identity,
 )
-from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
-from neoembed.contrastive.model import build_model
-from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.data.normalize import text_key
 from neoembed.embedder import model_fingerprint
 
@@ -81,7 +81,7 @@ def softmax(scores: list[float]) -> list[float]:
 def test_score_distillation_is_the_kl_of_the_teachers_in_batch_softmax_to_the_students():
     temperature = 0.5
     term = ScoreDistillation(targets(TEACHER), temperature=temperature, weight=2.0)
-    loss = InfoNCELoss(None, weight=0.0, distill=term)
+    loss = DistillationLoss(None, term, "toy", weight=0.0)
     value = loss.calculate_loss(student_reps(TOY), keys(TOY)).item()
     # By hand: every query against the distinct documents of the batch (p2 once), both sides alike.
     documents = list(dict.fromkeys(POSITIVES + NEGATIVES))
@@ -94,7 +94,7 @@ def test_score_distillation_is_the_kl_of_the_teachers_in_batch_softmax_to_the_st
     assert value > 0.01
 
     # With InfoNCE beside it: the weighted sum, each term logged.
-    both = InfoNCELoss(None, temperature=0.07, weight=0.5, distill=term)
+    both = DistillationLoss(None, term, "toy", temperature=0.07, weight=0.5)
     total = both.calculate_loss(student_reps(TOY), keys(TOY)).item()
     infonce = InfoNCELoss(None, temperature=0.07).calculate_loss(student_reps(TOY), keys(TOY)).item()
     assert total == pytest.approx(0.5 * infonce + value, rel=1e-5)
@@ -109,7 +109,7 @@ def test_a_student_that_scores_like_its_teacher_has_no_score_distillation_loss()
     same = {t: np.append(v, np.float32(0)) for t, v in TEACHER.items()}  # same cosines, one more dimension
     term = ScoreDistillation(targets(TEACHER), temperature=0.05, weight=1.0)
     reps = [[torch.tensor(np.stack([same[t] for t in column]))] for column in TOY]
-    assert InfoNCELoss(None, weight=0.0, distill=term).calculate_loss(
+    assert DistillationLoss(None, term, "toy", weight=0.0).calculate_loss(
         reps, keys(TOY)
     ).item() == pytest.approx(0.0, abs=1e-6)
 
@@ -119,7 +119,9 @@ def test_embedding_distillation_compares_each_distinct_text_through_the_projecti
     term = EmbeddingDistillation(Student(4), targets(TEACHER), metric=metric, weight=1.0)
     assert term.projection is not None and term.projection.weight.shape == (3, 4)  # student 4-d, teacher 3-d
     weight, bias = term.projection.weight.detach().numpy(), term.projection.bias.detach().numpy()
-    value = InfoNCELoss(None, weight=0.0, distill=term).calculate_loss(student_reps(TOY), keys(TOY)).item()
+    value = (
+        DistillationLoss(None, term, "toy", weight=0.0).calculate_loss(student_reps(TOY), keys(TOY)).item()
+    )
     distances = []
     for text in dict.fromkeys(QUERIES + POSITIVES + NEGATIVES):  # p2 appears twice and counts once
         projected, teacher = weight @ STUDENT[text] + bias, TEACHER[text]
@@ -132,7 +134,7 @@ def test_embedding_distillation_compares_each_distinct_text_through_the_projecti
     # The same dimensions: no projection, the embeddings compared as they are.
     plain = EmbeddingDistillation(Student(4), targets(STUDENT), metric=metric, weight=1.0)
     assert plain.projection is None
-    own = InfoNCELoss(None, weight=0.0, distill=plain).calculate_loss(student_reps(TOY), keys(TOY))
+    own = DistillationLoss(None, plain, "toy", weight=0.0).calculate_loss(student_reps(TOY), keys(TOY))
     assert own.item() == pytest.approx(0.0, abs=1e-6)
 
 
@@ -166,7 +168,7 @@ def test_distillation_with_gradcache_gives_the_uncached_loss_and_gradients(tiny_
             if target == "scores"
             else EmbeddingDistillation(tiny_model, teacher, metric="cosine", weight=1.0)
         )
-        loss = InfoNCELoss(tiny_model, mini_batch_size=mini_batch_size, weight=0.5, distill=term)
+        loss = DistillationLoss(tiny_model, term, "toy", mini_batch_size=mini_batch_size, weight=0.5)
         if dims:
             loss = with_matryoshka(tiny_model, loss, dims, [1.0, 0.5])
         value = loss(features(tiny_model, COLUMNS), keys(COLUMNS))
@@ -288,13 +290,13 @@ def test_runs_share_the_outputs_of_one_teacher_on_one_build_and_a_resumed_run_ke
 def test_the_teacher_outputs_live_beside_the_build_or_in_the_run_where_the_build_is_read_only(
     tmp_path, monkeypatch
 ):
-    import neoembed.contrastive.distill as distill
+    import neoembed.contrastive.teacher_cache as teacher_cache
 
     build, run = tmp_path / "build", tmp_path / "run"
     build.mkdir()
     assert teacher_cache_root(build, run) == build / "teacher-outputs"
     # (os.access, not chmod: the tests may run as root, who may write anywhere)
-    monkeypatch.setattr(distill.os, "access", lambda path, mode: path != build)
+    monkeypatch.setattr(teacher_cache.os, "access", lambda path, mode: path != build)
     assert teacher_cache_root(build, run) == run / "teacher"
 
 

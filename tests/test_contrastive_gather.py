@@ -34,7 +34,8 @@ def score_distillation():
     """A teacher's in-batch scores as the distillation target: fixed random 16-d teacher embeddings."""
     import numpy as np
 
-    from neoembed.contrastive.distill import ScoreDistillation, TeacherTargets
+    from neoembed.contrastive.losses.distill import ScoreDistillation
+    from neoembed.contrastive.teacher_cache import TeacherTargets
     from neoembed.data.normalize import text_key
 
     texts = sorted({text for column in COLUMNS for text in column})
@@ -44,17 +45,18 @@ def score_distillation():
 
 
 def loss_and_grads(model, columns, variant) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
+    from neoembed.contrastive.losses.base import with_matryoshka
+    from neoembed.contrastive.losses.distill import DistillationLoss
+    from neoembed.contrastive.losses.infonce import InfoNCELoss
     from neoembed.data.normalize import text_key
 
     mini_batch_size, dims, distill = variant
     model.zero_grad()
-    loss = InfoNCELoss(
-        model,
-        symmetric=True,
-        mini_batch_size=mini_batch_size,
-        weight=0.5 if distill else 1.0,
-        distill=score_distillation() if distill else None,
+    infonce = {"symmetric": True, "mini_batch_size": mini_batch_size}
+    loss = (
+        DistillationLoss(model, score_distillation(), "toy", weight=0.5, **infonce)
+        if distill
+        else InfoNCELoss(model, **infonce)
     )
     if dims:
         loss = with_matryoshka(model, loss, dims, [1.0, 0.5])

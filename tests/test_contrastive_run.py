@@ -47,6 +47,13 @@ def recipe(build: Path, base: Path, out: Path, **train) -> dict:
     }
 
 
+def loss_config(settings: ContrastiveSettings, model) -> dict:
+    """The config of the loss `settings` train `model` with, as the model card reads it."""
+    from neoembed.contrastive.losses import loss_class
+
+    return loss_class(settings.loss.kind).from_recipe(settings, model, world_size=1).config
+
+
 def weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(run / "neobert-embed" / "model.safetensors")
 
@@ -412,7 +419,9 @@ def test_a_hub_base_model_is_the_cards_base_model(tmp_path, build, minilm_path):
 
     settings = ContrastiveSettings.model_validate(recipe(build, "minilm", tmp_path / "run"))
     model = build_model(str(tiny_encoder_dir(tmp_path, minilm_path)), "mean", 24)
-    facts = training_facts(settings, model, {"alpha": range(48)}, steps=0, before=None, after={})
+    facts = training_facts(
+        settings, loss_config(settings, model), model, {"alpha": range(48)}, steps=0, before=None, after={}
+    )
     card = ModelCard(model_card(model, facts))
     assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert "from **sentence-transformers/all-MiniLM-L6-v2**" in card.text
@@ -428,7 +437,9 @@ def test_the_card_puts_before_and_after_side_by_side_per_set_and_marks_a_drop(tm
     before = {"wordnet": {"ndcg@10": 0.343}, "foldoc": {"ndcg@10": 0.684}}  # issue 17's numbers
     after = {"wordnet": {"ndcg@10": 0.351}, "foldoc": {"ndcg@10": 0.657}}
     heldout = {"wordnet": "WordNet examples", "foldoc": "FOLDOC terms"}
-    facts = training_facts(settings, model, {"wordnet": range(8)}, 119, before, after, heldout)
+    facts = training_facts(
+        settings, loss_config(settings, model), model, {"wordnet": range(8)}, 119, before, after, heldout
+    )
     section = neoembed_section(facts, {})
     assert "| foldoc (held-out source) | before fine-tuning | 0.6840 | - | - | - |" in section
     assert "| foldoc (held-out source) | after fine-tuning | 0.6570 | - | - | - |" in section
@@ -447,7 +458,14 @@ def test_the_card_marks_held_out_sources_and_states_seed_precision_and_input_lim
     scores = {"wordnet": {"ndcg@10": 0.3}, "foldoc": {"ndcg@10": 0.6}}
     heldout = {"wordnet": "WordNet examples", "foldoc": "FOLDOC terms"}
     facts = training_facts(
-        settings, model, {"wordnet": range(30), "qqp": range(12)}, 5, scores, scores, heldout
+        settings,
+        loss_config(settings, model),
+        model,
+        {"wordnet": range(30), "qqp": range(12)},
+        5,
+        scores,
+        scores,
+        heldout,
     )
     assert facts.heldout_sources == ["foldoc"], "WordNet trained; FOLDOC never does"
     section = neoembed_section(facts, {})

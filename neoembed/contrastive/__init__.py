@@ -1,5 +1,6 @@
 """InfoNCE fine-tuning of any encoder into a sentence embedder, and its export as a sentence-transformers
-directory: typed recipe settings, the loss, the homogeneous batch sampler, the trainer and the export."""
+directory: typed recipe settings, the losses by kind (`losses/`), the homogeneous batch sampler, the trainer
+and the export."""
 
 from typing import TYPE_CHECKING
 

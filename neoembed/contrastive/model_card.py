@@ -16,9 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from neoembed.contrastive.distill import BASE_TEACHER, teacher_name
 from neoembed.contrastive.result import relative_change
-from neoembed.contrastive.settings import ContrastiveSettings, EvalSettings
+from neoembed.contrastive.settings import BASE_TEACHER, ContrastiveSettings, EvalSettings
 from neoembed.data import leakage_summary
 from neoembed.embedder import MINILM_ALIASES
 from neoembed.precision import resolve_precision
@@ -62,6 +61,7 @@ class TrainingFacts:
 
 def training_facts(
     settings: ContrastiveSettings,
+    loss: dict,
     model,
     sources: dict,
     steps: int,
@@ -69,15 +69,17 @@ def training_facts(
     after: dict | None,
     heldout: dict[str, str] | None = None,
 ) -> TrainingFacts:
-    """The facts of a finished run of `settings` that trained `model` on `sources` for `steps` steps and
-    scored the `heldout` sets (name -> description) `before` and `after` (set -> metric -> value)."""
+    """The facts of a finished run of `settings` that trained `model` with the loss whose `config` is `loss` on
+    `sources` for `steps` steps and scored the `heldout` sets (name -> description) `before` and `after` (set ->
+    metric -> value)."""
     dimension = model.get_embedding_dimension()
     dims = settings.loss.matryoshka_dims or []
+    base_model = hub_name(settings.model.base)
     return TrainingFacts(
         name=Path(settings.export.path or "neobert-embed").name,
-        base_model=MINILM_ALIASES[-1] if settings.model.base in MINILM_ALIASES else settings.model.base,
+        base_model=base_model,
         steps=steps,
-        temperature=settings.loss.temperature,
+        temperature=loss["temperature"],
         dimension=dimension,
         pooling=next((str(m.pooling_mode) for m in model if hasattr(m, "pooling_mode")), "?"),
         normalized=any(type(m).__name__ == "Normalize" for m in model),
@@ -94,8 +96,8 @@ def training_facts(
         before=before or {},
         after=after or {},
         recipe=settings.model_dump(mode="json"),
-        infonce_weight=settings.loss.infonce_weight,
-        distillation=distillation(settings, dimension),
+        infonce_weight=loss["weight"],
+        distillation=distillation(loss.get("distill"), base_model, dimension),
         leakage=leakage_summary(settings.data.path),
         seed=settings.train.seed,
         precision=training_precision(settings.train.precision),
@@ -133,25 +135,29 @@ def heldout_sources(settings: EvalSettings, sources: dict) -> list[str]:
     return [s.label for s in settings.sets if (s.source if s.kind == "records" else s.kind) not in sources]
 
 
-def distillation(settings: ContrastiveSettings, dimension: int) -> str | None:
-    """What the student learnt from its teacher, as the card says it."""
-    distill = settings.loss.distill
+def hub_name(model: str) -> str:
+    """A model as the card names it: the packaged MiniLM by its Hub id."""
+    return MINILM_ALIASES[-1] if model in MINILM_ALIASES else model
+
+
+def distillation(distill: dict | None, base_model: str, dimension: int) -> str | None:
+    """What the student learnt from its teacher, as the card says it: `distill` is the distillation loss's
+    `config["distill"]` (None: no teacher)."""
     if distill is None:
         return None
-    teacher = teacher_name(settings)
-    teacher = MINILM_ALIASES[-1] if teacher in MINILM_ALIASES else teacher
-    if distill.teacher == BASE_TEACHER:
-        teacher += ", the base model before training"
-    if distill.target == "scores":
-        temperature = distill.temperature or settings.loss.temperature
+    if distill["teacher"] == BASE_TEACHER:
+        teacher = f"{base_model}, the base model before training"
+    else:
+        teacher = hub_name(distill["teacher"])
+    if distill["target"] == "scores":
         target = (
             "KL divergence to the teacher's softmax over each query's in-batch documents, cosine / "
-            f"temperature {temperature}"
+            f"temperature {distill['temperature']}"
         )
     else:
-        target = f"the teacher's embeddings matched by {distill.metric} distance"
+        target = f"the teacher's embeddings matched by {distill['distance_metric']} distance"
         target += f" through a learned projection (not exported) where they are not {dimension}-dimensional"
-    return f"from **{teacher}** (weight {distill.weight}): {target}"
+    return f"from **{teacher}** (weight {distill['weight']}): {target}"
 
 
 def model_card(model, facts: TrainingFacts) -> str:

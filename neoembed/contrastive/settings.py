@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
+from neoembed.contrastive.losses import check_kind
 from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES, BuildConfig
 from neoembed.recipes import StrictSettings
 from neoembed.training import OptimSettings, TrainSettings
@@ -72,10 +73,14 @@ class ModelSettings(StrictSettings):
     """LoRA adapters instead of full fine-tuning; None: every weight trains."""
 
 
+BASE_TEACHER = "base"  # loss.distill.teacher: the model being fine-tuned, before training
+
+
 class DistillSettings(StrictSettings):
-    """Distillation from a teacher embedder, added to InfoNCE: loss = loss.infonce_weight x InfoNCE + weight x
-    the distillation term. The teacher embeds every distinct training text once, into <train.output_dir>/teacher
-    (resumed after a kill); its texts are the records' raw texts, without the student's prompts."""
+    """The settings of `loss.kind: distill`, distillation from a teacher embedder added to InfoNCE: loss =
+    loss.infonce_weight x InfoNCE + weight x the distillation term. The teacher embeds every distinct training
+    text once, into a cache beside the build (resumed after a kill); its texts are the records' raw texts,
+    without the student's prompts."""
 
     teacher: str = "minilm"
     """Any sentence-transformers model: a directory, a hub id, or minilm; `base`: the model being fine-tuned as
@@ -99,12 +104,18 @@ class DistillSettings(StrictSettings):
 
 
 class LossSettings(StrictSettings):
+    """The loss `kind` names (`contrastive/losses/`), the settings of the shipped kinds, and what wraps any kind:
+    Matryoshka dimensions, the pull toward the starting weights."""
+
+    kind: str = "infonce"
+    """The loss trained: infonce (InfoNCE alone) or distill (InfoNCE plus distillation from a teacher, set in
+    loss.distill); a recipe that sets loss.distill and no kind trains distill."""
     temperature: float = Field(default=0.07, gt=0.0)
     """InfoNCE scores are cosine similarities divided by this."""
     infonce_weight: float = Field(default=1.0, ge=0.0)
     """Weight of the InfoNCE term; 0 with distill: distillation alone."""
     distill: DistillSettings | None = None
-    """Distillation from a teacher added to InfoNCE; None: InfoNCE alone."""
+    """Settings of kind distill (the teacher, its target and weight); None with kind infonce."""
     base_pull: float = Field(default=0.0, ge=0.0)
     """L2 pull toward the starting weights (L2-SP, Li et al. 2018), a regulariser against forgetting: adds
     base_pull x the sum over trained weights of (weight - its value before training)^2. 0: off."""
@@ -119,6 +130,31 @@ class LossSettings(StrictSettings):
     matryoshka_weights: list[float] | None = None
     """One weight per Matryoshka dimension; None: 1 each."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_of_a_recipe_that_names_none(cls, value):
+        """Recipes written before `kind`: loss.distill set means kind distill. Kind distill alone takes the
+        default distillation settings."""
+        if isinstance(value, dict) and "kind" not in value and value.get("distill") is not None:
+            return {**value, "kind": "distill"}
+        if isinstance(value, dict) and value.get("kind") == "distill" and value.get("distill") is None:
+            return {**value, "distill": {}}
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        return check_kind(kind)
+
+    @model_serializer(mode="wrap")
+    def _kind_where_not_implied(self, handler):
+        """The recorded recipe states `kind` only where loss.distill does not already say it, so recipes and
+        runs recorded before `kind` existed keep their identity (resume, and the benches' reuse of runs)."""
+        fields = handler(self)
+        if fields.get("kind") == ("distill" if self.distill is not None else "infonce"):
+            del fields["kind"]
+        return fields
+
     @model_validator(mode="after")
     def _weights_match_dims(self):
         if self.matryoshka_weights is not None and len(self.matryoshka_weights) != len(
@@ -129,6 +165,10 @@ class LossSettings(StrictSettings):
 
     @model_validator(mode="after")
     def _losses_fit(self):
+        if self.distill is not None and self.kind != "distill":
+            raise ValueError(f"distill is for kind distill, not {self.kind}: remove it, or set kind distill")
+        if self.distill is None and self.kind == "distill":
+            raise ValueError("kind distill needs distill, the settings of its teacher")
         if self.infonce_weight == 0 and self.distill is None:
             raise ValueError("infonce_weight 0 leaves no loss: set distill, or a positive infonce_weight")
         if self.distill and self.distill.target == "embedding" and self.matryoshka_dims:

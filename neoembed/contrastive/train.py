@@ -3,9 +3,9 @@
 The trainer (the HF Trainer underneath) brings torchrun DDP, DeepSpeed, AdamW with warmup and schedule, bf16,
 gradient clipping, rotating checkpoints with optimiser/scheduler/RNG state and exact resume, and periodic
 evaluation; sentence-transformers adds per-dataset prompts, LoRA adapters (peft) and the Matryoshka wrapper.
-neoembed adds the records as training columns (texts and their keys), the duplicate-aware InfoNCE loss and
-the optional distillation from a teacher (`distill`), homogeneous global batches, the JSONL metrics file and
-NaN stop (`training.MetricsLog`), and the export with its model card.
+neoembed adds the records as training columns (texts and their keys), the loss `loss.kind` names (`losses/`:
+the duplicate-aware InfoNCE, or InfoNCE with distillation from a teacher), homogeneous global batches, the
+JSONL metrics file and NaN stop (`training.MetricsLog`), and the export with its model card.
 """
 
 from __future__ import annotations
@@ -25,16 +25,11 @@ from neoembed.contrastive.data import (
     text_columns,
     text_keys,
 )
-from neoembed.contrastive.distill import (
-    DistinctTexts,
-    EmbeddingDistillation,
-    distillation_term,
-    load_teacher,
-)
 from neoembed.contrastive.evaluation import build_evaluator, describe_sets, set_scores
 from neoembed.contrastive.export import declared_max_seq_length, export_model
 from neoembed.contrastive.lora import add_lora
-from neoembed.contrastive.loss import InfoNCELoss, with_matryoshka
+from neoembed.contrastive.losses import loss_class
+from neoembed.contrastive.losses.base import ContrastiveLoss, TrainingRun, with_matryoshka
 from neoembed.contrastive.model import build_model
 from neoembed.contrastive.model_card import training_facts
 from neoembed.contrastive.result import ContrastiveResult
@@ -98,18 +93,21 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
         )
 
     @property
-    def infonce(self) -> InfoNCELoss:
-        return next(m for m in self.loss.modules() if isinstance(m, InfoNCELoss))  # maybe inside Matryoshka
+    def contrastive_loss(self) -> ContrastiveLoss:
+        """The loss `loss.kind` names (maybe inside Matryoshka's wrapper)."""
+        return next(m for m in self.loss.modules() if isinstance(m, ContrastiveLoss))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The library's, and with distillation the InfoNCE and distillation terms logged beside the loss."""
-        self.infonce.pop_components()  # only this call's terms
+        """The library's, and the loss's terms (where it logs them) beside it."""
+        self.contrastive_loss.pop_components()  # only this call's terms
         result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        components = self.infonce.pop_components()
+        components = self.contrastive_loss.pop_components()
         if self.start_weights:
             pull = self.settings.loss.base_pull * self.distance_from_start()
             loss = result[0] if return_outputs else result
-            components = {**(components or {"infonce": loss.detach()}), "base_pull": pull.detach()}
+            # A loss that logs no terms of its own is one term, named by its kind.
+            own = components or {self.settings.loss.kind: loss.detach()}
+            components = {**own, "base_pull": pull.detach()}
             result = (result[0] + pull, *result[1:]) if return_outputs else result + pull
         if components:
             self.track_loss_components(components)
@@ -122,13 +120,11 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         super()._save(output_dir, state_dict)
-        if isinstance(self.infonce.distill, EmbeddingDistillation):
-            self.infonce.distill.save_projection(Path(output_dir or self.args.output_dir))
+        self.contrastive_loss.save_checkpoint(Path(output_dir or self.args.output_dir))
 
     def _load_from_checkpoint(self, checkpoint_path: str, *args, **kwargs) -> None:
         super()._load_from_checkpoint(checkpoint_path, *args, **kwargs)
-        if isinstance(self.infonce.distill, EmbeddingDistillation):
-            self.infonce.distill.load_projection(Path(checkpoint_path))
+        self.contrastive_loss.load_checkpoint(Path(checkpoint_path))
 
     def collect_features(self, inputs: dict) -> tuple[list[dict], list[torch.Tensor]]:
         """Each column's model inputs, and as the loss's labels each column's text keys."""
@@ -198,25 +194,11 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     args = training_arguments(
         settings, evaluator is not None, prompts.training_prompts(settings.data.prompts, columns)
     )
-    teacher = load_teacher(settings, model, args.world_size) if settings.loss.distill else None
+    loss = loss_class(settings.loss.kind).from_recipe(settings, model, args.world_size)
     # Recorded only once data and models loaded: a run that failed to start does not pin its recipe.
     resume = open_run(recipe, output_dir)
     keys = {name: text_keys(d) for name, d in sources.items()}  # before the trainer's transforms
-    distill = None
-    if teacher is not None:
-        trained_on = resume is not None
-        texts = DistinctTexts(sources, keys)
-        distill = distillation_term(settings, model, teacher, texts, args, trained_on)
-        del teacher  # its outputs are cached; free its memory for training
-    loss = InfoNCELoss(
-        model,
-        temperature=settings.loss.temperature,
-        symmetric=settings.loss.symmetric,
-        gather=settings.loss.gather,
-        mini_batch_size=settings.loss.mini_batch_size,
-        weight=settings.loss.infonce_weight,
-        distill=distill,
-    )
+    loss.prepare(TrainingRun(sources, keys, args, resuming=resume is not None))
     if dims:
         loss = with_matryoshka(model, loss, dims, settings.loss.matryoshka_weights)
     return ContrastiveTrainer(
@@ -367,7 +349,16 @@ class ContrastiveJob:
         if trainer.is_world_process_zero():
             export_path = Path(settings.export.path or output_dir / "neobert-embed")
             heldout = describe_sets(settings.eval, trainer.evaluator)
-            facts = training_facts(settings, model, sources, result.steps, before, after, heldout)
+            facts = training_facts(
+                settings,
+                trainer.contrastive_loss.config,
+                model,
+                sources,
+                result.steps,
+                before,
+                after,
+                heldout,
+            )
             facts.base_weight, facts.selection = result.base_weight, result.selection
             named = prompts.named_prompts(settings.data.prompts, sources)
             facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
