@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -13,6 +15,7 @@ from neoembed.data.normalize import clean, text_key
 from neoembed.data.relations import Keys, relation_key
 from neoembed.data.rescore import RescoreConfig
 from neoembed.data.wordnet import load_synsets, split_of
+from neoembed.vector_file import chunk_records
 
 PAIRS = [
     ("how do I bake sourdough bread", "Sourdough bread is baked from a fermented starter, flour and water."),
@@ -139,13 +142,16 @@ def test_encoding_resumes_after_the_last_complete_chunk(tmp_path):
     texts = [p for _, p in PAIRS]
     full = np.array(miner.encode(texts, tmp_path / "a.f32"))
     row = full.shape[1] * 4
-    # As if killed while writing the second chunk: one whole chunk on disk, then a torn write.
-    marked = full[:8].copy()
-    marked[0] = 7.0  # a marker: chunk one must not be encoded again
-    (tmp_path / "b.f32").write_bytes(marked.tobytes() + full[8:11].tobytes()[: 2 * row + 5])
+    # As if killed while writing the second chunk: one whole chunk on disk and recorded, then a torn write.
+    (tmp_path / "b.f32").write_bytes(full[:8].tobytes() + full[8:11].tobytes()[: 2 * row + 5])
+    first_record = chunk_records(tmp_path / "a.f32").read_text().splitlines()[0]
+    chunk_records(tmp_path / "b.f32").write_text(first_record + "\n")
     resumed = np.array(miner.encode(texts, tmp_path / "b.f32"))
-    assert resumed.shape == full.shape and np.all(resumed[0] == 7.0)
-    np.testing.assert_array_equal(resumed[1:], full[1:])  # same chunk boundaries: the same bytes
+    encoded = [
+        json.loads(line)["rows"] for line in chunk_records(tmp_path / "b.f32").read_text().splitlines()
+    ]
+    assert encoded == [[0, 8], [8, 16], [16, 20]]  # chunk one was not encoded again
+    np.testing.assert_array_equal(resumed, full)  # same chunk boundaries: the same bytes
     assert (tmp_path / "b.f32").stat().st_size == len(texts) * row
 
 

@@ -70,10 +70,11 @@ def write_corpus(path: Path, n: int) -> Path:
     return path
 
 
-def one_line_error(result, verb: str, *fragments: str) -> str:
-    """The CLI's answer to bad input: exit 2 and, last, one line `neoembed VERB: ...` holding each fragment
-    (after what the command prints of its plan, if anything); never a traceback."""
-    assert result.exit_code == 2, result.output
+def one_line_error(result, verb: str, *fragments: str, exit_code: int = 2) -> str:
+    """The CLI's answer to bad input (exit 2) or a failed run (`exit_code` 1): last, one line
+    `neoembed VERB: ...` holding each fragment (after what the command prints of its plan, if anything); never
+    a traceback."""
+    assert result.exit_code == exit_code, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("neoembed ")]
     assert "Traceback" not in result.output and errors == lines[-1:], result.output
@@ -304,6 +305,42 @@ def test_a_damaged_index_file_is_named_in_one_line(index_dir, tmp_path, corpus, 
     one_line_error(runner.invoke(app, args), verb, "is damaged")
 
 
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_a_damaged_faiss_file_is_rebuilt_from_the_intact_vectors(index_dir, tmp_path, damage):
+    """The command a damaged .faiss is answered with, `index rebuild`, checks the documents and vectors by their
+    checksums and makes the index again from them; search then finds every document as before."""
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    faiss_file = copy / load_index(index_dir).manifest.index_file
+    if damage == "truncated":
+        truncate(faiss_file)
+    else:
+        with faiss_file.open("r+b") as f:
+            f.seek(faiss_file.stat().st_size // 2)
+            f.write(b"\xff" * 64)
+    line = one_line_error(
+        runner.invoke(app, ["search", "--index", str(copy), "ant bee"]), "search", "is damaged"
+    )
+    assert f"neoembed index rebuild {copy}` makes it again from the stored vectors" in line
+    result = runner.invoke(app, ["index", "rebuild", str(copy), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert not faiss_file.exists()  # replaced, under a new name
+    rebuilt, original = load_index(copy), load_index(index_dir)
+    assert rebuilt.manifest.ntotal == original.manifest.ntotal
+    query = "ant bee cat dog elk fox gnu hen number 7"
+    assert [h.id for h in rebuilt.search(query, k=3)] == [h.id for h in original.search(query, k=3)]
+
+
+def test_index_rebuild_still_refuses_damaged_documents(index_dir, tmp_path):
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    with (copy / "docs.sqlite").open("r+b") as f:
+        f.seek((copy / "docs.sqlite").stat().st_size // 2)
+        f.write(b"\x00" * 16)  # a document's bytes: SQLite itself would read it without a word
+    line = one_line_error(runner.invoke(app, ["index", "rebuild", str(copy)]), "index rebuild", "docs.sqlite")
+    assert "build the index again from its corpus" in line
+
+
 def test_a_resumed_add_refuses_a_damaged_committed_row_and_seals_nothing(index_dir, tmp_path, corpus):
     """What an `index add` killed mid-embedding leaves (its state file, vector rows past the committed ones),
     then one committed row overwritten: the re-run must not append to it nor write a manifest that records it."""
@@ -365,6 +402,34 @@ def test_an_export_whose_vocabulary_was_shuffled_is_refused(minilm_path, tmp_pat
     one_line_error(runner.invoke(app, encode), "encode", "tokenizer maps tokens to other ids")
     (export / TOKENIZER_RECORD).unlink()
     assert runner.invoke(app, encode).exit_code == 0
+
+
+@pytest.mark.parametrize("permuted", ["vocab.txt", "tokenizer.json"])
+def test_a_model_without_a_record_whose_vocabulary_was_permuted_is_refused(minilm_path, tmp_path, permuted):
+    """The packaged MiniLM, which no neoembed export wrote (no record), with one of its two vocabularies
+    permuted (ids moved among the words past the specials): they disagree, and every command refuses it."""
+    model = tmp_path / "minilm"
+    shutil.copytree(minilm_path, model)
+    if permuted == "vocab.txt":
+        words = (model / "vocab.txt").read_text().splitlines()
+        moved = words[:1000] + random.Random(0).sample(words[1000:], len(words) - 1000)
+        (model / "vocab.txt").write_text("\n".join(moved) + "\n")
+    else:
+        tokenizer = json.loads((model / "tokenizer.json").read_text())
+        vocab = tokenizer["model"]["vocab"]
+        words = [word for word, number in vocab.items() if number >= 1000]
+        numbers = random.Random(0).sample([vocab[word] for word in words], len(words))
+        vocab.update(zip(words, numbers))
+        (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    for args, verb in [
+        (["encode", "--model", str(model), "a cat", "a kitten"], "encode"),
+        (
+            ["index", "build", "--model", str(model), "--corpus", "wordnet", "--out", str(tmp_path / "i")],
+            "index build",
+        ),
+        (["export", "onnx", str(model), str(tmp_path / "export")], "export onnx"),
+    ]:
+        one_line_error(runner.invoke(app, args), verb, "its vocab.txt and tokenizer.json disagree on")
 
 
 def test_an_output_that_is_a_file_is_named_in_one_line(tmp_path):
@@ -456,6 +521,94 @@ def test_a_full_disk_is_one_line_with_the_free_space_and_leaves_no_partial_file(
     assert ".tmp" not in first_files and ".faiss" not in first_files, first_files
     assert second_rc == "rc=0", (tmp_path / "stderr.txt.second").read_text()
     assert ".tmp" not in second_files and second_files.count(".faiss") == 1, second_files
+
+
+# --- finite or refused ---------------------------------------------------------------------------------
+
+THE = 1996  # the id of "the" in MiniLM's vocabulary
+
+
+@pytest.fixture(scope="module")
+def nan_minilm(tmp_path_factory, minilm_path):
+    """The packaged MiniLM with the word-embedding row of "the" set to NaN: every text holding "the" embeds to
+    NaN, every other text as before."""
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path_factory.mktemp("model") / "minilm-nan"
+    shutil.copytree(minilm_path, copy)
+    weights = load_file(copy / "model.safetensors")
+    (name,) = [n for n in weights if n.endswith("word_embeddings.weight")]
+    weights[name][THE] = float("nan")
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
+
+
+def nan_corpus(path: Path) -> Path:
+    """Ten documents, three of them ("d2", "d5", "d8") holding the word "the"."""
+    texts = [f"{'the' if i % 3 == 2 else 'a'} {WORDS[i]} of {WORDS[i + 1]}" for i in range(10)]
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+def test_encode_refuses_non_finite_vectors_naming_the_rows(nan_minilm, tmp_path):
+    out = tmp_path / "vectors.npy"
+    args = ["encode", "--model", str(nan_minilm), "--output", str(out), "a cat", "the dog", "an owl"]
+    line = one_line_error(runner.invoke(app, args), "encode", "non-finite", "row 1;", exit_code=1)
+    assert "nan" not in line.lower().replace("nan or", "")
+    assert not out.exists()
+    assert runner.invoke(app, ["encode", "--model", str(nan_minilm), "a cat", "an owl"]).exit_code == 0
+
+
+def test_index_build_refuses_non_finite_vectors_naming_the_documents(nan_minilm, tmp_path):
+    out = tmp_path / "index"
+    args = ["index", "build", "--model", str(nan_minilm), "--corpus", str(nan_corpus(tmp_path / "d.jsonl"))]
+    result = runner.invoke(app, [*args, "--out", str(out), "--threads", "1"])
+    one_line_error(result, "index build", "documents 'd2', 'd5', 'd8'", "rows 2, 5, 8", exit_code=1)
+    assert not (out / "manifest.json").exists() and not list(out.glob("*.faiss"))
+    assert not (out / "vectors.f32").exists() or (out / "vectors.f32").stat().st_size == 0
+
+
+def test_index_add_refuses_non_finite_vectors_and_the_index_stays_as_it_was(nan_minilm, corpus, tmp_path):
+    out = tmp_path / "index"
+    build_index([corpus], out, model=str(nan_minilm), threads=1, tune_queries=20, dtype="float32")
+    manifest = (out / "manifest.json").read_text()
+    args = ["index", "add", str(out), "--corpus", str(nan_corpus(tmp_path / "d.jsonl")), "--threads", "1"]
+    one_line_error(runner.invoke(app, args), "index add", "documents 'd2', 'd5', 'd8'", exit_code=1)
+    assert (out / "manifest.json").read_text() == manifest
+    assert load_index(out).search("ant bee", k=1)[0].id.startswith("doc-")
+
+
+def test_export_onnx_refuses_a_model_with_a_non_finite_weight(nan_minilm, tmp_path):
+    out = tmp_path / "export"
+    line = one_line_error(
+        runner.invoke(app, ["export", "onnx", str(nan_minilm), str(out)]),
+        "export onnx", "word_embeddings.weight", f"(first: {THE})", exit_code=1,
+    )  # fmt: skip
+    assert "1 row" in line
+    assert not (out / "onnx").exists() and not (out / "model.safetensors").exists()
+
+
+def test_a_contrastive_export_refuses_a_model_with_a_non_finite_weight(nan_minilm, tmp_path):
+    from neoembed.contrastive.export import export_model
+    from neoembed.embedder import NonFiniteWeights, load_embedder
+
+    with pytest.raises(NonFiniteWeights, match=f"word_embeddings.weight .* in 1 row \\(first: {THE}\\)"):
+        export_model(load_embedder(str(nan_minilm)), tmp_path / "export", facts=None)
+    assert not (tmp_path / "export").exists()
+
+
+def test_mteb_eval_fails_the_task_on_non_finite_vectors_and_caches_no_result(nan_minilm, tmp_path):
+    args = ["mteb-eval", "-m", str(nan_minilm), "--tasks", "WordNetDefinitionRetrieval", "-o", str(tmp_path)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.count("FAILED") == 1
+    failed = " ".join(result.output.split("FAILED")[1].split())  # the console wraps it at its width
+    assert failed.startswith(
+        "minilm-nan / WordNetDefinitionRetrieval: WordNetDefinitionRetrieval (default, test)"
+    )
+    assert "the model gave non-finite vectors (NaN or infinity) for rows " in failed
+    assert "Traceback" not in result.output
+    assert not list((tmp_path / "results").rglob("WordNetDefinitionRetrieval.json"))
 
 
 # --- the server ----------------------------------------------------------------------------------------

@@ -262,6 +262,44 @@ def test_interrupted_add_resumes_to_the_same_index(built, tmp_path, monkeypatch,
     assert _index_state(tmp_path / "interrupted") == _index_state(tmp_path / "reference")
 
 
+@pytest.mark.faults
+def test_a_resumed_add_embeds_again_a_row_it_wrote_that_was_damaged(built, tmp_path, monkeypatch):
+    """An add stopped once its own rows are on disk (before its commit), one of those rows overwritten, then
+    resumed: the damaged chunk and the ones after it are embedded again (their checksums, recorded as each
+    chunk was written, no longer match), the intact chunk before it is kept, and the index equals an
+    uninterrupted add's: the damaged document finds itself."""
+    monkeypatch.setattr(index_build, "EMBED_CHUNK", 2)  # 5 new documents: chunks of 2, 2 and 1
+    new = _new_corpus(tmp_path)
+    for name in ("reference", "interrupted"):
+        shutil.copytree(_dir(built, "HNSW8"), tmp_path / name)
+    add_documents(tmp_path / "reference", [new], threads=2, tune_queries=60)
+
+    def fail(*args, **kwargs):
+        raise KeyboardInterrupt  # stopped after every row was written, before the manifest
+
+    real_commit = index_build._tune_and_commit
+    monkeypatch.setattr(index_build, "_tune_and_commit", fail)
+    with pytest.raises(KeyboardInterrupt):
+        add_documents(tmp_path / "interrupted", [new], threads=2, tune_queries=60)
+    monkeypatch.setattr(index_build, "_tune_and_commit", real_commit)
+    vectors_file = tmp_path / "interrupted" / "vectors.f32"
+    with vectors_file.open("r+b") as vectors:  # row 74: the new documents' third, in their second chunk
+        vectors.seek(74 * 384 * 4)
+        vectors.write(np.zeros(384, np.float32).tobytes())
+    real_embed, embedded = vector_file.embed, []
+
+    def counting_embed(model, texts, **kwargs):
+        embedded.extend(texts)
+        return real_embed(model, texts, **kwargs)
+
+    monkeypatch.setattr(vector_file, "embed", counting_embed)
+    add_documents(tmp_path / "interrupted", [new], threads=2, tune_queries=60)
+    assert len(embedded) == 3  # the damaged chunk (2) and the one after it (1); the first chunk was intact
+    assert _index_state(tmp_path / "interrupted") == _index_state(tmp_path / "reference")
+    third = load_index(tmp_path / "interrupted").store.get([74])[0]
+    assert load_index(tmp_path / "interrupted").search(third.text, k=1)[0].id == third.id
+
+
 def test_add_with_another_model_is_refused_and_changes_nothing(built, tmp_path, other_model):
     from neoembed.cli import app
 

@@ -22,6 +22,7 @@ from neoembed.faiss_setup import faiss, set_threads
 import numpy as np
 
 from neoembed.errors import free_space
+from neoembed.finite import SHOWN_ROWS, NonFiniteVectors
 from neoembed.index import encode
 from neoembed.index.corpus import CorpusReader
 from neoembed.index.errors import IndexingError, IndexMismatchError
@@ -115,14 +116,22 @@ def _store_corpus(out: Path, corpus: CorpusReader, previous: dict | None, model_
     return n
 
 
-def _embed(embedder, texts, out: Path, *, normalize: bool, batch_size: int, offset: int = 0) -> None:
-    """Embed into the vector file after `offset` rows, resuming after its last complete chunk."""
+def _embed(
+    embedder, store: DocStore, start: int, stop: int, out: Path, *, normalize: bool, batch_size: int
+) -> None:
+    """Embed the documents at positions start .. stop - 1 into the vector file's rows of the same numbers,
+    resuming after its last complete chunk. A document the model gives a non-finite vector stops the run
+    before that chunk is written, naming the documents by id."""
 
     def on_chunk(done: int, size: int, seconds: float) -> None:
-        append_log(out, {"step": "embed", "rows": offset + done, "docs_per_s": size / seconds})
+        append_log(out, {"step": "embed", "rows": start + done, "docs_per_s": size / seconds})
 
-    embed_to_file(embedder, texts, out / VECTORS_FILE, chunk_rows=EMBED_CHUNK, batch_size=batch_size,
-                  normalize=normalize, offset=offset, on_chunk=on_chunk)  # fmt: skip
+    try:
+        embed_to_file(embedder, store.texts(start, stop), out / VECTORS_FILE, chunk_rows=EMBED_CHUNK,
+                      batch_size=batch_size, normalize=normalize, offset=start, on_chunk=on_chunk)  # fmt: skip
+    except NonFiniteVectors as err:
+        ids = ", ".join(repr(doc.id) for doc in store.get(err.rows[:SHOWN_ROWS]))
+        raise NonFiniteVectors(err.rows, f"documents {ids}") from None
 
 
 def _empty_index(factory: str, dim: int, metric: str, n: int | None = None):
@@ -222,7 +231,7 @@ def build_index(
         index = _empty_index(factory, dim, metric, n)
         store = DocStore(out / STORE_FILE, readonly=True)
         try:
-            _embed(embedder, store.texts(0, n), out, normalize=normalized, batch_size=settings.batch_size)
+            _embed(embedder, store, 0, n, out, normalize=normalized, batch_size=settings.batch_size)
         finally:
             store.close()
 
@@ -291,8 +300,8 @@ def add_documents(
             added, digest = store.add_corpus(corpus, n)
             _report_skips(corpus, out)
             _resume_add(out, {"add_to": n, "model_fingerprint": fingerprint, "corpus": digest}, dim, n)
-            _embed(embedder, store.texts(n, n + added), out, normalize=manifest.normalized,
-                   batch_size=settings.batch_size, offset=n)  # fmt: skip
+            _embed(embedder, store, n, n + added, out, normalize=manifest.normalized,
+                   batch_size=settings.batch_size)  # fmt: skip
         finally:
             store.close()
         vectors = read_vectors(out / VECTORS_FILE, dim, n + added)
@@ -311,13 +320,15 @@ def add_documents(
 
 def rebuild_index(index_dir: str | Path, settings: RebuildSettings | None = None, /, **fields) -> Manifest:
     """Rebuild an index directory's FAISS index from its stored vectors with another factory (or target),
-    without re-embedding; the model is not loaded. `settings` or `fields` as in `RebuildSettings`."""
+    without re-embedding; the model is not loaded. The documents and vectors are verified by their checksums;
+    the index file is not read, so a damaged one is replaced. `settings` or `fields` as in
+    `RebuildSettings`."""
     settings = RebuildSettings.of(settings, **fields)
     out = Path(index_dir)
     with one_writer(out, "index", param="INDEX_DIR", create=False):  # one writer at a time
         threads = set_threads(settings.threads)
         manifest = Manifest.load(out)
-        manifest.verify(out)
+        manifest.verify(out, without_index=True)  # the index is what is replaced: the rest must be intact
         vectors = read_vectors(out / VECTORS_FILE, manifest.dimension, manifest.ntotal)
         factory, reason = settings.factory, GIVEN
         if factory == "auto":

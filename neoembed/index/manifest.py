@@ -75,10 +75,11 @@ class Manifest(StrictSettings):
     files: dict[str, FileRecord] = Field(default_factory=dict)  # empty in indexes built before it existed
     format_version: int = FORMAT_VERSION
 
-    def verify(self, directory: Path, checksums: bool = True) -> None:
+    def verify(self, directory: Path, checksums: bool = True, *, without_index: bool = False) -> None:
         """Check that the files the manifest records are as the build left them: each present, of its size,
         and (with `checksums`) of its checksum. A damaged file is an `IndexingError` naming it, before
-        anything reads it.
+        anything reads it. `without_index` leaves the FAISS index file out: `index rebuild` replaces it from
+        the vectors, so a damaged one must not stop it.
 
         While an add is unfinished (its state file present), the store and the vectors have grown past what
         the manifest records, while the committed index still serves: they are then checked to be no shorter,
@@ -88,23 +89,25 @@ class Manifest(StrictSettings):
         directory = Path(directory)
         unfinished = (directory / STATE_FILE).exists()
         for name, record in self.files.items():
+            if without_index and name == self.index_file:
+                continue
             path = directory / name
+            remedy = _remedy(directory, name == self.index_file)
             if not path.is_file():
-                raise IndexingError(f"{path} is missing; the index in {directory} is incomplete")
+                raise IndexingError(f"{path} is missing; the index in {directory} is incomplete: {remedy}")
             size, grown = path.stat().st_size, unfinished and name != self.index_file
             if size < record.size or (size != record.size and not grown):
                 raise IndexingError(
                     f"{path} is damaged: {size:,} bytes where the index was written with {record.size:,} "
-                    "(truncated or overwritten); rebuild the index"
+                    f"(truncated or overwritten); {remedy}"
                 )
             if not checksums:
                 continue
             if grown and name == STORE_FILE:
-                _check_sqlite(path)
+                _check_sqlite(path, remedy)
             elif file_checksum(path, size=record.size) != record.xxh3:
                 raise IndexingError(
-                    f"{path} is damaged: its checksum differs from the one the index was written with; "
-                    "rebuild the index"
+                    f"{path} is damaged: its checksum differs from the one the index was written with; {remedy}"
                 )
 
     def save(self, directory: Path) -> None:
@@ -135,7 +138,15 @@ def append_log(directory: Path, record: dict) -> None:
     append_jsonl(Path(directory) / LOG_FILE, record)
 
 
-def _check_sqlite(path: Path) -> None:
+def _remedy(directory: Path, is_index_file: bool) -> str:
+    """What recovers from a damaged file: the FAISS index is made again from the stored vectors; the vectors
+    and the documents only from the corpus."""
+    if is_index_file:
+        return f"`neoembed index rebuild {directory}` makes it again from the stored vectors"
+    return "build the index again from its corpus (`neoembed index build`)"
+
+
+def _check_sqlite(path: Path, remedy: str) -> None:
     import sqlite3
 
     try:
@@ -144,4 +155,4 @@ def _check_sqlite(path: Path) -> None:
     except sqlite3.DatabaseError as err:
         result = str(err)
     if result != "ok":
-        raise IndexingError(f"{path} is damaged ({result}); rebuild the index")
+        raise IndexingError(f"{path} is damaged ({result}); {remedy}")
