@@ -214,7 +214,7 @@ def test_sigterm_exits_within_its_grace_period_while_the_process_is_stopped(neob
             started = time.monotonic()
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=60) in (0, -signal.SIGTERM)
-            assert time.monotonic() - started < 10 + 2 * HUNG_AFTER_SECONDS
+            assert time.monotonic() - started < 10  # --shutdown-timeout, enforced by the server itself
             assert error_code(pending.result()) == (503, "worker_restarted")
         output = process.stdout.read()
     finally:

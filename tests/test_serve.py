@@ -330,7 +330,7 @@ def test_a_failing_batch_fails_its_requests_and_the_worker_keeps_going():
         return outcomes
 
     failed, served = asyncio.run(submit_one_by_one())
-    batcher.close()
+    assert batcher.close(timeout=30)
     assert isinstance(failed, RuntimeError) and "[66]" in str(failed)
     np.testing.assert_array_equal(served, [[3, 1], [1, 1]])
     assert not batcher.alive

@@ -37,6 +37,12 @@ from neoembed.serve.worker import HEARTBEAT_SECONDS, ModelInfo
 WORKER_MAIN = "import sys; from neoembed.serve.worker import main; main(int(sys.argv[1]), int(sys.argv[2]))"
 # A process silent this long is stopped or stuck (a busy one still beats from its own thread): killed, replaced.
 HUNG_AFTER_SECONDS = 5.0
+# A loading process may hold the interpreter lock for long stretches (importing torch, reading weights), so its
+# silence counts as a stop only after longer.
+LOAD_SILENT_AFTER_SECONDS = 2 * HUNG_AFTER_SECONDS
+# A replacement that fails to load is tried again after these pauses, then the server gives up.
+LOAD_BACKOFF_SECONDS = (1.0, 4.0)
+LOAD_TRIES = len(LOAD_BACKOFF_SECONDS) + 1
 
 log = logging.getLogger("neoembed.serve")
 
@@ -54,7 +60,14 @@ class BatchTimedOut(RuntimeError):
     """The inference process did not finish a batch within its deadline (it is then killed and replaced)."""
 
 
+class LoadFailed(RuntimeError):
+    """A new inference process did not load in time, or fell silent while loading (it is then killed)."""
+
+
 class InferenceProcess:
+    """One inference process. Constructing it starts the child and hands it the settings without waiting;
+    `wait_ready` waits for the model to load, so a supervisor can `stop` a load from another thread."""
+
     def __init__(self, settings: ServeSettings, *, fingerprint: bool = False) -> None:
         ours, theirs = socket.socketpair()
         self._beats, beats_theirs = socket.socketpair()
@@ -68,17 +81,40 @@ class InferenceProcess:
         beats_theirs.close()
         self._conn = Connection(ours.detach())
         self.last_beat = time.monotonic()
+        self.killed_for: str | None = None  # why this side killed it, if it did (`stop`)
         try:
             self._conn.send((settings, fingerprint))
+        except BaseException:
+            self.kill()
+            raise
+
+    def wait_ready(self, timeout: float | None = None) -> ModelInfo:
+        """Wait for the model to load and return its description. The process is killed, and this raises, when
+        loading fails, takes over `timeout` seconds, or the process falls silent for LOAD_SILENT_AFTER_SECONDS
+        (stopped or stuck); a `stop` from another thread ends the wait at once with `BackendGone`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while not self._conn.poll(HEARTBEAT_SECONDS):  # a dead process's end polls ready (EOF)
+                self.read_beats(0)
+                silent = time.monotonic() - self.last_beat
+                if silent > LOAD_SILENT_AFTER_SECONDS:
+                    raise LoadFailed(
+                        f"the new inference process sent no heartbeat for {silent:.0f} s while loading"
+                    )
+                if deadline is not None and time.monotonic() > deadline:
+                    raise LoadFailed(
+                        f"the new inference process did not load within {timeout:g} s (--load-timeout)"
+                    )
             status, payload = self._receive()
         except BaseException:
             self.kill()
             raise
         if status == "error":
-            self.close()
+            self.close(timeout=HUNG_AFTER_SECONDS)  # it exits after sending the error
             raise payload
         self.info: ModelInfo = payload
         self.last_beat = time.monotonic()
+        return self.info
 
     @property
     def pid(self) -> int:
@@ -123,6 +159,8 @@ class InferenceProcess:
     def exit_message(self) -> str:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=5)
+        if self.killed_for is not None:
+            return f"the inference process was killed: {self.killed_for}"
         code = self._process.returncode
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         return f"the inference process exited ({how})"
@@ -131,9 +169,12 @@ class InferenceProcess:
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def stop(self) -> None:
+    def stop(self, why: str | None = None) -> None:
         """SIGKILL, whatever the process is doing (a stopped one too); safe from any thread. Its death closes
-        its ends of both sockets, which wakes whoever waits on ours."""
+        its ends of both sockets, which wakes whoever waits on ours. `why` records that this side decided it
+        (a hang, a batch past its deadline), which spends no restart (`SupervisedProcess`)."""
+        if why is not None and self.alive:
+            self.killed_for = why
         with contextlib.suppress(ProcessLookupError):
             self._process.kill()
 
@@ -142,7 +183,7 @@ class InferenceProcess:
         self._process.wait()
         self.release()
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float) -> None:
         """Tell the process to stop once its current batch is done; kill it after `timeout` seconds."""
         if self.alive:
             with contextlib.suppress(OSError):  # it exited meanwhile
@@ -163,28 +204,40 @@ class InferenceProcess:
 class SupervisedProcess:
     """The inference process, kept running: a dead one is started again at once (a crash, the kernel's OOM
     killer, a stray kill), a silent one (no heartbeat for HUNG_AFTER_SECONDS) or one that outlives a batch's
-    deadline is killed and started again, at most `max_worker_restarts` times in all. After that its end is
-    final: `on_fatal` is told, requests get `BackendGone`, and the server exits non-zero for the supervisor
-    above it (systemd, Kubernetes) to act.
+    deadline is killed and started again.
+
+    Restarts after deaths this side did not order (crashes, OOM kills, stray signals) are counted: at most
+    `max_worker_restarts` in the server's life. A process killed here for a hang or a batch past its deadline
+    is replaced without spending that budget, so slow batches never end the server. A replacement must load
+    and warm up within --load-timeout (and keep beating while it loads); one that does not is killed and
+    started again after LOAD_BACKOFF_SECONDS, LOAD_TRIES times in all. When the budget or the tries run out,
+    the end is final: `on_fatal` is told, requests get `BackendGone`, and the server exits non-zero for the
+    supervisor above it (systemd, Kubernetes) to act.
 
     `embed` is called by the batcher's thread only. A process is replaced under one lock by whichever thread
     finds it dead first: the watchdog at once while no batch is running, else the batcher before its next
     batch. A batch whose process dies or hangs fails at once with `WorkerRestarted` (503 for its requests),
     without waiting for the replacement to load. Meanwhile requests queue and `ready` is False (/health 503).
     A replacement runs the warm-up's untimed batches before it takes one, so a compiled model compiles there,
-    never against a batch's deadline."""
+    never against a batch's deadline.
+
+    Shutting down never waits for a load: `stop_restarts` kills a replacement still loading or warming up,
+    `kill` ends whatever runs, and `close` is bounded by its timeout."""
 
     def __init__(self, settings: ServeSettings, *, fingerprint: bool = False) -> None:
         self.settings = settings
-        self.restarts = 0
+        self.restarts = 0  # after deaths this side did not order: the budget's count
+        self.replacements = 0  # every new process, for whatever reason
         self.batch_timeout: float | None = settings.batch_timeout  # None until `calibrate`
         self.on_fatal: Callable[[BaseException], None] = lambda err: None
         self.process = InferenceProcess(settings, fingerprint=fingerprint)
-        self.info: ModelInfo = self.process.info
+        self.info: ModelInfo = self.process.wait_ready()  # the first load may download: no deadline
         self.warm_batches: list[list[list[int]]] = []  # what a replacement runs first (`warm_up`)
         self._lock = threading.Lock()  # held while a batch or a replacement uses `process`
         self._gone: BackendGone | None = None  # set once the end is final
-        self._closing = threading.Event()
+        self._starting: InferenceProcess | None = None  # a replacement loading or warming up
+        self._stopping = threading.Event()  # shutting down: no new process
+        self._closed = threading.Event()  # the watchdog stops
         self._watchdog = threading.Thread(target=self._watch, name="neoembed-watchdog", daemon=True)
         self._watchdog.start()
 
@@ -205,7 +258,7 @@ class SupervisedProcess:
         the last through `calibrate`, counting them in `warm.done`; stop early if the server shuts down."""
         self.warm_batches = warm.untimed
         for batch in warm.untimed:
-            if self._closing.is_set():
+            if self._stopping.is_set():
                 return
             self.embed_without_deadline(batch)
             warm.done += 1
@@ -236,7 +289,7 @@ class SupervisedProcess:
                 return self.process.embed(sequences, timeout=self.batch_timeout)
             except BatchTimedOut as err:
                 log.error("%s; killing it", err)
-                self.process.stop()
+                self.process.stop(str(err))
                 raise WorkerRestarted(f"{err}, and is being replaced") from err
             except BackendGone as err:
                 raise WorkerRestarted(
@@ -250,42 +303,77 @@ class SupervisedProcess:
         if self.process.alive:
             return
         why = self.process.exit_message()
+        ordered = self.process.killed_for is not None  # a hang or a late batch: spends no restart
         self.process.release()
-        if self._closing.is_set():  # shutting down: no new process, and not a failure of the server
+        if self._stopping.is_set():  # shutting down: no new process, and not a failure of the server
             self._gone = BackendGone(f"{why} during shutdown")
             raise self._gone
-        if self.restarts >= self.settings.max_worker_restarts:
+        if not ordered and self.restarts >= self.settings.max_worker_restarts:
             self._gone = BackendGone(f"{why}, after {self.restarts} restarts")
         else:
-            self.restarts += 1
-            log.error(
-                "%s; starting it again (restart %d of %d)",
-                why,
-                self.restarts,
-                self.settings.max_worker_restarts,
-            )
+            if not ordered:
+                self.restarts += 1
+            budget = "not counted: killed by the server" if ordered else f"restart {self.restarts} of "
+            budget += "" if ordered else str(self.settings.max_worker_restarts)
+            log.error("%s; starting it again (%s)", why, budget)
             try:
-                self.process = self._warmed_process()
+                self.process = self._replacement()
+                self.replacements += 1
                 return
+            except BackendGone as err:  # shut down meanwhile
+                self._gone = err
+                raise
             except Exception as err:  # the model no longer loads: nothing can be served
-                self._gone = BackendGone(f"{why}, and a new one failed to start: {err}")
+                self._gone = BackendGone(f"{why}, and a new one failed to start {LOAD_TRIES} times: {err}")
         self.on_fatal(self._gone)
         raise self._gone
 
+    def _replacement(self) -> InferenceProcess:
+        """A new process, loaded and warmed up, tried LOAD_TRIES times with a pause between tries."""
+        for attempt, pause in enumerate((*LOAD_BACKOFF_SECONDS, None), start=1):
+            try:
+                return self._warmed_process()
+            except BackendGone:
+                if self._stopping.is_set():
+                    raise BackendGone("the server is shutting down") from None
+                error: Exception = RuntimeError("the new inference process exited while loading")
+            except Exception as err:
+                error = err
+            if pause is None:
+                raise error
+            log.error("%s; trying again in %g s (try %d of %d)", error, pause, attempt + 1, LOAD_TRIES)
+            if self._stopping.wait(pause):
+                raise BackendGone("the server is shutting down")
+        raise AssertionError("unreachable")
+
     def _warmed_process(self) -> InferenceProcess:
-        process = InferenceProcess(self.settings)
+        """A new process that has loaded and run the warm-up batches within --load-timeout in all; killed,
+        and this raises, otherwise or when shutdown begins meanwhile (`stop_restarts`)."""
+        timeout = self.settings.load_timeout
+        deadline = time.monotonic() + timeout
+        process = self._starting = InferenceProcess(self.settings)
         try:
+            if self._stopping.is_set():  # set before `_starting` was: `stop_restarts` could not kill it
+                raise BackendGone("the server is shutting down")
+            process.wait_ready(timeout)
             for batch in self.warm_batches:
-                process.embed(batch)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LoadFailed(
+                        f"the new inference process did not warm up within {timeout:g} s (--load-timeout)"
+                    )
+                process.embed(batch, timeout=left)
         except BaseException:
             process.kill()
             raise
+        finally:
+            self._starting = None
         return process
 
     def _watch(self) -> None:
         """Take heartbeats; kill a process that stops sending them, and replace a dead one while no batch uses
         the process (a batch in flight finds the death itself)."""
-        while not self._closing.is_set() and self._gone is None:
+        while not self._closed.is_set() and self._gone is None:
             process = self.process
             try:
                 beating = process.read_beats(HEARTBEAT_SECONDS)
@@ -294,7 +382,7 @@ class SupervisedProcess:
             silent = time.monotonic() - process.last_beat
             if beating and silent > HUNG_AFTER_SECONDS and process.alive:
                 log.error("the inference process sent no heartbeat for %.0f s; killing it", silent)
-                process.stop()
+                process.stop(f"it sent no heartbeat for {silent:.0f} s")
             if not process.alive and self._lock.acquire(blocking=False):
                 try:
                     self._ensure_running()
@@ -303,16 +391,32 @@ class SupervisedProcess:
                 finally:
                     self._lock.release()
             elif not beating:
-                self._closing.wait(0.05)  # dead, and a batch holds the process: it will replace it
+                self._closed.wait(0.05)  # dead, and a batch holds the process: it will replace it
 
     def stop_restarts(self) -> None:
-        """From now on a process that dies stays dead (the server is shutting down)."""
-        self._closing.set()
+        """From now on a process that dies stays dead, and a replacement still loading is killed (the server
+        is shutting down)."""
+        self._stopping.set()
+        starting = self._starting
+        if starting is not None:
+            starting.stop()
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop watching, then stop the process: after its current batch, or killed after `timeout` seconds."""
-        self._closing.set()
-        self._watchdog.join()
-        with self._lock:
-            if self.process.alive:
-                self.process.close(timeout)
+    def kill(self) -> None:
+        """SIGKILL whatever runs, a batch in flight included (the shutdown's deadline has come)."""
+        self.stop_restarts()
+        self.process.stop()
+
+    def close(self, timeout: float) -> None:
+        """Stop watching, then stop the process: after its current batch, or killed after `timeout` seconds.
+        Bounded by `timeout` whatever the process does (loading, stopped, mid-batch)."""
+        deadline = time.monotonic() + timeout
+        self.stop_restarts()
+        self._closed.set()
+        self._watchdog.join(max(deadline - time.monotonic(), 0))
+        if not self._lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
+            self.process.stop()  # a batch still runs on it: the batcher's thread sees it die
+            return
+        try:
+            self.process.close(max(deadline - time.monotonic(), 0))
+        finally:
+            self._lock.release()

@@ -1,11 +1,15 @@
 """Dynamic batching: requests queue token-id sequences, a worker thread hands batches to the backend.
 
-Requests queue their inputs one item at a time and await a future; the worker drains the queue in FIFO
-windows, sorts each window by length so a batch pads little, cuts it into batches whose padded size
-(longest input x inputs) fits the token budget, and writes each row back into its request's slot. A request
-larger than the budget is thereby split across batches and reassembled in order. The queue is bounded:
-a request that would overflow it is refused (429) instead of waiting without limit. The worker thread only
-waits on the backend (the inference process), so /health and /metrics answer while a batch is running.
+Each request queues as one job, its inputs ordered longest first. The worker fills a window of up to
+WINDOW_BATCHES batches' worth of tokens by visiting the queued requests in turn (round-robin), taking at most
+one batch's worth from each per visit, so a large request is served in slices between other requests' inputs:
+a small request behind a 2,048-input one waits a window, a few batches, not for the whole large one. The
+window is sorted by length so a batch pads little, cut into batches whose padded size (longest input x
+inputs) fits the token budget, and each row is written back into its request's slot. A request whose client
+left (its future cancelled: a disconnect, a request timeout) is dropped from the queue and from the batches
+not yet run. The queue is bounded: a request that would overflow it is refused (429) instead of waiting
+without limit. The worker thread only waits on the backend (the inference process), so /health and /metrics
+answer while a batch is running.
 
 Hand-written because neither FastAPI nor sentence-transformers has a request batcher; text-embeddings-inference
 (Rust) is the design it follows.
@@ -59,14 +63,30 @@ def plan_batches(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int
     return batches
 
 
-@dataclass
+@dataclass(eq=False)  # one per request: compared by identity
 class _Job:
-    """One request: its future on the event loop and the rows filled in so far (worker thread only)."""
+    """One request: its future on the event loop, its inputs not yet taken into a window (longest first), and
+    the rows filled in so far (worker thread only)."""
 
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     rows: list[np.ndarray | None]
     remaining: int
+    waiting: deque[_Item] = field(default_factory=deque)
+
+    @property
+    def cancelled(self) -> bool:
+        # Read from the worker thread: a benign race; at worst one batch of a gone request is computed.
+        return self.future.done()
+
+    def take(self, tokens: int) -> list[_Item]:
+        """Its next inputs, as many as `tokens` tokens hold (at least one)."""
+        taken = [self.waiting.popleft()]
+        used = len(taken[0].ids)
+        while self.waiting and used + len(self.waiting[0].ids) <= tokens:
+            used += len(self.waiting[0].ids)
+            taken.append(self.waiting.popleft())
+        return taken
 
     def settle(self, result: np.ndarray | None = None, error: BaseException | None = None) -> None:
         def resolve() -> None:
@@ -106,7 +126,9 @@ class Batcher:
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_items = max_queue_items
         self._metrics = metrics
-        self._pending: deque[_Item] = deque()
+        self._jobs: deque[_Job] = deque()  # requests with inputs not yet in a window, in turn order
+        self._queued = 0  # their inputs
+        self._window: list[_Item] = []  # the inputs the worker is running now
         self._cond = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="neoembed-inference", daemon=True)
@@ -122,38 +144,62 @@ class Batcher:
 
     @property
     def depth(self) -> int:
-        return len(self._pending)
+        return self._queued
 
     def submit(self, sequences: list[list[int]]) -> asyncio.Future:
         """Queue one request's token-id sequences; the future resolves to their embeddings, one row per
-        sequence, in order."""
+        sequence, in order. Cancelling it drops the inputs not yet embedded."""
         loop = asyncio.get_running_loop()
         job = _Job(loop.create_future(), loop, [None] * len(sequences), len(sequences))
+        longest_first = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
+        job.waiting.extend(_Item(job, i, sequences[i]) for i in longest_first)
         with self._cond:
             if self._closing:
                 raise ShuttingDownError("the server is shutting down")
-            if len(self._pending) + len(sequences) > self.max_queue_items:
+            if self._queued + len(sequences) > self.max_queue_items:
                 raise QueueFullError(
-                    f"the queue holds {len(self._pending)} inputs and this request adds {len(sequences)}; "
+                    f"the queue holds {self._queued} inputs and this request adds {len(sequences)}; "
                     f"the limit is {self.max_queue_items}"
                 )
-            self._pending.extend(_Item(job, i, ids) for i, ids in enumerate(sequences))
-            self._metrics.queue_depth.set(len(self._pending))
+            self._jobs.append(job)
+            self._queued += len(sequences)
+            self._metrics.queue_depth.set(self._queued)
             self._cond.notify()
+        job.future.add_done_callback(lambda future: self._drop(job) if future.cancelled() else None)
         return job.future
 
-    def close(self) -> None:
-        """Refuse new work, let the worker finish everything already queued, and wait for it."""
+    def _drop(self, job: _Job) -> None:
+        """Take a cancelled request's inputs out of the queue at once (its client left, or it timed out)."""
+        with self._cond:
+            if job in self._jobs:
+                self._jobs.remove(job)
+                self._queued -= len(job.waiting)
+                job.waiting.clear()
+                self._metrics.queue_depth.set(self._queued)
+
+    def close(self, timeout: float) -> bool:
+        """Refuse new work and let the worker finish everything already queued, waiting up to `timeout`
+        seconds; whether it finished."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def abort(self, err: BaseException) -> None:
+        """Refuse new work and fail every request queued or in a batch with `err` (the shutdown's deadline)."""
+        with self._cond:
+            self._closing = True
+            failed = [*self._window, *(item for job in self._jobs for item in job.waiting)]
+            self._jobs.clear()
+            self._queued = 0
+            self._cond.notify_all()
+        self._settle_all(failed, err)
 
     # --- worker side -----------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        window: list[_Item] | None = []
         try:
             while (window := self._next_window()) is not None:
                 for batch in plan_batches([len(item.ids) for item in window], self.max_batch_tokens):
@@ -163,32 +209,33 @@ class Batcher:
                 log.error("serving stopped: %s", err)  # one line: the backend logged each death already
             else:
                 log.exception("the batcher stopped")
-            with self._cond:
-                self._closing = True
-                failed = [*(window or []), *self._pending]
-                self._pending.clear()
-            self._settle_all(failed, err)
+            self.abort(err)
             self.on_fatal(err)
 
     def _next_window(self) -> list[_Item] | None:
-        """The oldest queued inputs, up to WINDOW_BATCHES budgets of tokens; None once closed and drained."""
+        """Up to WINDOW_BATCHES budgets of tokens, taken from the queued requests in turn, at most one budget
+        from each per turn; None once closed and drained. Requests whose client left are dropped."""
         with self._cond:
-            while not self._pending and not self._closing:
+            while not self._jobs and not self._closing:
                 self._cond.wait()
-            if not self._pending:
-                return None
-            window, tokens = [], 0
-            limit = WINDOW_BATCHES * self.max_batch_tokens
-            while self._pending and (not window or tokens + len(self._pending[0].ids) <= limit):
-                item = self._pending.popleft()
-                window.append(item)
-                tokens += len(item.ids)
-            self._metrics.queue_depth.set(len(self._pending))
-            return window
+            window: list[_Item] = []
+            tokens, limit = 0, WINDOW_BATCHES * self.max_batch_tokens
+            while self._jobs and tokens < limit:
+                job = self._jobs[0]
+                taken = job.take(min(self.max_batch_tokens, limit - tokens))
+                window += taken
+                tokens += sum(len(item.ids) for item in taken)
+                self._queued -= len(taken)
+                if job.waiting:
+                    self._jobs.rotate(-1)  # its next slice after the other requests' turns
+                else:
+                    self._jobs.popleft()
+            self._metrics.queue_depth.set(self._queued)
+            self._window = window
+            return window or (None if self._closing else [])
 
     def _run_batch(self, items: list[_Item]) -> None:
-        # Reading done() from this thread is a benign race: at worst one cancelled request's rows get computed.
-        items = [item for item in items if not item.job.future.done()]
+        items = [item for item in items if not item.job.cancelled]
         if not items:
             return
         started = time.perf_counter()

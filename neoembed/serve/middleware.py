@@ -78,9 +78,12 @@ class BodyLimitMiddleware:
             return
         received = 0
         deadline = time.monotonic() + self.timeout
+        complete = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, complete
+            if complete:  # after the body only a disconnect can come, which a handler may await at any time
+                return await receive()
             try:
                 message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
             except TimeoutError:
@@ -91,6 +94,7 @@ class BodyLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     raise HTTPException(413, _too_large(received, self.max_bytes))
+                complete = not message.get("more_body", False)
             return message
 
         await self.app(scope, limited_receive, send)

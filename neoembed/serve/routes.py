@@ -69,11 +69,13 @@ def check_model(state: ServerState, model: str) -> None:
 
 
 @router.post("/v1/embeddings")
-async def openai_embeddings(request: EmbeddingsRequest, state: State) -> Response:
+async def openai_embeddings(request: EmbeddingsRequest, http: Request, state: State) -> Response:
     check_model(state, request.model)
     inputs = parse_openai_input(request.input, state.settings.max_client_batch_size)
     check_dimensions(state, request.dimensions)
-    vectors, prepared = await state.embed(inputs, truncate=state.settings.truncate, field="input")
+    vectors, prepared = await state.embed(
+        inputs, truncate=state.settings.truncate, field="input", disconnected=http.is_disconnected
+    )
     # OpenAI's embeddings are unit vectors, also after `dimensions` truncation.
     body = await run_in_threadpool(
         lambda: openai_body(
@@ -88,11 +90,13 @@ async def openai_embeddings(request: EmbeddingsRequest, state: State) -> Respons
 
 
 @router.post("/embed")
-async def tei_embed(request: EmbedRequest, state: State) -> Response:
+async def tei_embed(request: EmbedRequest, http: Request, state: State) -> Response:
     texts = parse_texts(request.inputs, state.settings.max_client_batch_size)
     check_dimensions(state, request.dimensions)
     truncate = state.settings.truncate if request.truncate is None else request.truncate
-    vectors, prepared = await state.embed(Inputs(texts=texts), truncate=truncate, field="inputs")
+    vectors, prepared = await state.embed(
+        Inputs(texts=texts), truncate=truncate, field="inputs", disconnected=http.is_disconnected
+    )
     body = await run_in_threadpool(
         lambda: rows_body(shape(vectors, dimensions=request.dimensions, normalize=request.normalize))
     )
@@ -101,13 +105,18 @@ async def tei_embed(request: EmbedRequest, state: State) -> Response:
 
 
 @router.post("/search")
-async def search(request: SearchRequest, state: State) -> JSONResponse:
+async def search(request: SearchRequest, http: Request, state: State) -> JSONResponse:
     if state.index is None:
         raise APIError(
             404, "No index is loaded: start the server with --index DIR to search.", code="no_index"
         )
     queries = parse_texts(request.query, state.settings.max_client_batch_size, field="query")
-    vectors, _ = await state.embed(Inputs(texts=queries), truncate=state.settings.truncate, field="query")
+    vectors, _ = await state.embed(
+        Inputs(texts=queries),
+        truncate=state.settings.truncate,
+        field="query",
+        disconnected=http.is_disconnected,
+    )
     hits = await run_in_threadpool(state.index.search, vectors, request.k)
     return JSONResponse(
         {"model": state.name, "results": [{"query": q, "hits": h} for q, h in zip(queries, hits)]}
@@ -129,7 +138,7 @@ async def page() -> HTMLResponse:
 async def tokenize(request: TokenizeRequest, state: State) -> JSONResponse:
     texts = parse_texts(request.inputs, state.settings.max_client_batch_size)
     tokens = await run_in_threadpool(
-        state.tokenizer.tokenize, texts, add_special_tokens=request.add_special_tokens
+        state.tokenizer.tokenize, texts, add_special_tokens=request.add_special_tokens, field="inputs"
     )
     return JSONResponse(tokens)
 

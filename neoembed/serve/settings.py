@@ -79,7 +79,8 @@ class ServeSettings(StrictSettings):
     keep_alive_timeout: float = Field(5.0, gt=0)
     """Seconds an idle keep-alive connection stays open between requests."""
     shutdown_timeout: float = Field(30.0, gt=0)
-    """On SIGTERM, seconds to finish accepted requests before the rest are cancelled."""
+    """On SIGTERM, seconds until the server has exited, whatever its inference process is doing: accepted
+    requests are finished until shortly before, the rest get 503 shutting_down."""
     batch_timeout: float | None = Field(None, gt=0)
     """Seconds one batch may compute before its inference process counts as hung: it is killed and started
     again, and the batch's requests get 503 worker_restarted (default: 20 x a full batch's time, measured at
@@ -91,8 +92,12 @@ class ServeSettings(StrictSettings):
     """Characters per input text, checked before tokenizing: a longer text is refused with 400 (or, with
     truncation, cut to it) (default: 32 x the max input length in tokens)."""
     max_worker_restarts: int = Field(3, ge=0)
-    """Times the inference process is restarted after it dies; once more and the server exits with status 1
-    (for a supervisor to act on)."""
+    """Times the inference process is restarted after it dies (a crash, the OOM killer, a stray signal); once
+    more and the server exits with status 1 (for a supervisor to act on). A process the server kills itself,
+    for a batch past --batch-timeout or a missing heartbeat, is replaced without counting."""
+    load_timeout: float = Field(120.0, gt=0)
+    """Seconds a replacement inference process may take to load and warm up; past it, it is killed and
+    started again (3 tries, 1 s and 4 s apart), then the server exits with status 1."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeSettings:

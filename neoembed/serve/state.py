@@ -11,14 +11,16 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from neoembed.errors import InputError
+from neoembed.finite import NonFiniteVectors, require_finite
 from neoembed.serve.backend import BackendGone, SupervisedProcess, WorkerRestarted
 from neoembed.serve.batcher import Batcher, QueueFullError, ShuttingDownError
 from neoembed.serve.budget import fixed_budget, gpu_candidates, measure_budget, provisional_budget
@@ -27,11 +29,16 @@ from neoembed.serve.inputs import Inputs
 from neoembed.serve.metrics import Metrics
 from neoembed.serve.search import ServedIndex
 from neoembed.serve.settings import ServeSettings
+from neoembed.serve.shutdown import ShutdownSchedule
 from neoembed.serve.tokenization import Prepared, RequestTokenizer
 from neoembed.serve.warmup import WarmUp, warm_up_batches
 from neoembed.serve.worker import ModelInfo
 
 log = logging.getLogger("neoembed.serve")
+
+# How often a request waiting for its embeddings looks whether its client is still connected.
+DISCONNECT_POLL_SECONDS = 0.25
+T = TypeVar("T")
 
 
 def served_name(settings: ServeSettings) -> str:
@@ -55,7 +62,8 @@ class ServerState:
     warm: WarmUp
     failure: str | None = None  # why the server must stop (the inference process died for good)
     on_fatal: Callable[[], None] = lambda: None  # stops the HTTP server (set by whoever runs it)
-    closing: bool = False
+    closing: bool = False  # shutting down: an inference process's end is no failure
+    shutdown_deadline: float | None = None  # monotonic time by which the server has exited
 
     def fail(self, err: BaseException) -> None:
         """Serving ended for good (no inference process, or the batcher stopped): record why and stop the
@@ -101,9 +109,17 @@ class ServerState:
         self.batcher.max_batch_tokens = budget
         self.warm.batches = warm_up_batches(self.model, budget)
 
-    async def embed(self, inputs: Inputs, *, truncate: bool, field: str) -> tuple[np.ndarray, Prepared]:
-        """Tokenize and check `inputs` on a request thread, queue their ids, and await the embeddings."""
-        prepared = await run_in_threadpool(self.tokenizer.prepare, inputs, truncate=truncate, field=field)
+    async def embed(
+        self, inputs: Inputs, *, truncate: bool, field: str, disconnected: Callable[[], Awaitable[bool]]
+    ) -> tuple[np.ndarray, Prepared]:
+        """Tokenize and check `inputs` on a request thread, queue their ids, and await the embeddings, all
+        within --request-timeout; `disconnected` says whether the client has gone (its inputs are dropped)."""
+        deadline = time.monotonic() + self.settings.request_timeout
+        prepared = await self._until(
+            run_in_threadpool(self.tokenizer.prepare, inputs, truncate=truncate, field=field),
+            deadline,
+            disconnected,
+        )
         try:
             future = self.batcher.submit(prepared.ids)
         except QueueFullError as err:
@@ -116,33 +132,83 @@ class ServerState:
         except ShuttingDownError as err:
             raise APIError(503, "The server is shutting down.", code="shutting_down") from err
         try:
-            vectors = await asyncio.wait_for(future, self.settings.request_timeout)
-        except TimeoutError as err:  # wait_for cancelled the future: the batcher skips what is still queued
-            raise APIError(
-                503,
-                f"The request did not finish within {self.settings.request_timeout:g} s "
-                "(--request-timeout); send fewer or shorter inputs, or retry.",
-                code="request_timeout",
-            ) from err
+            vectors = await self._until(future, deadline, disconnected)
         except WorkerRestarted as err:
             raise APIError(
                 503, f"{err}; retry the request.", code="worker_restarted", headers={"Retry-After": "5"}
             ) from err
+        except ShuttingDownError as err:
+            raise APIError(503, f"{str(err).capitalize()}.", code="shutting_down") from err
         except BackendGone as err:
+            if self.closing:
+                raise APIError(503, "The server is shutting down.", code="shutting_down") from err
             raise APIError(503, f"The inference worker is not running: {err}.", code="unhealthy") from err
+        try:
+            require_finite(vectors, what=f"'{field}'")
+        except NonFiniteVectors as err:
+            log.error("%s", err)
+            raise APIError(500, f"{err}.", param=field, code="non_finite_embedding") from err
         self.metrics.input_tokens.inc(prepared.tokens)
         self.metrics.truncations.inc(len(prepared.truncated))
         return vectors, prepared
 
-    def close(self) -> None:
-        """Finish everything queued (an inference process that dies meanwhile is not replaced), then stop the
-        process and release the index."""
+    async def _until(
+        self, work: Awaitable[T], deadline: float, disconnected: Callable[[], Awaitable[bool]]
+    ) -> T:
+        """The result of `work`, unless the request's deadline passes (503 request_timeout) or its client
+        disconnects first; either way `work` is cancelled (the batcher drops a cancelled request's inputs)."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise APIError(
+                        503,
+                        f"The request did not finish within {self.settings.request_timeout:g} s "
+                        "(--request-timeout); send fewer or shorter inputs, or retry.",
+                        code="request_timeout",
+                    )
+                done, _ = await asyncio.wait({task}, timeout=min(left, DISCONNECT_POLL_SECONDS))
+                if done:
+                    return task.result()
+                if await disconnected():
+                    raise APIError(499, "The client disconnected.", code="client_disconnected")
+        finally:
+            task.cancel()
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM (or the end of `serve_in_thread`): start no new inference process (one still loading is
+        killed), and at the schedule's drain time fail what is still unanswered with 503 shutting_down and
+        kill the inference process (`abort`), so the shutdown never waits on it (shutdown.py)."""
+        if self.shutdown_deadline is not None:
+            return
         self.closing = True
+        self.shutdown_deadline = time.monotonic() + self.settings.shutdown_timeout
         self.backend.stop_restarts()
-        self.batcher.close()
-        self.backend.close()
+        timer = threading.Timer(ShutdownSchedule(self.settings.shutdown_timeout).drain_s, self.abort)
+        timer.daemon = True
+        timer.start()
+
+    def abort(self) -> None:
+        """Fail every request queued or in a batch with 503 shutting_down, and kill the inference process."""
+        self.batcher.abort(
+            ShuttingDownError("the server is shutting down, and this request did not finish in time")
+        )
+        self.backend.kill()
+
+    def close(self) -> None:
+        """The app's end, after uvicorn's drain: finish what is still queued while the shutdown's schedule
+        allows, then stop the process and release the index; bounded by --shutdown-timeout in all."""
+        self.begin_shutdown()
+        left = ShutdownSchedule(self.settings.shutdown_timeout).drain_s - self._since_shutdown()
+        if not self.batcher.close(timeout=max(left, 0.0)):
+            self.abort()
+        self.backend.close(timeout=max(self.shutdown_deadline - time.monotonic(), 0.0))
         if self.index is not None:
             self.index.close()
+
+    def _since_shutdown(self) -> float:
+        return time.monotonic() - (self.shutdown_deadline - self.settings.shutdown_timeout)
 
 
 def build_state(settings: ServeSettings) -> ServerState:
@@ -175,7 +241,7 @@ def build_state(settings: ServeSettings) -> ServerState:
             else None
         )
     except BaseException:
-        backend.close()
+        backend.close(timeout=settings.shutdown_timeout)
         raise
     metrics = Metrics()
     batcher = Batcher(

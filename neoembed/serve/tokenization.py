@@ -137,8 +137,11 @@ class RequestTokenizer:
                     code="invalid_token_ids",
                 )
 
-    def tokenize(self, texts: list[str], *, add_special_tokens: bool) -> list[list[dict]]:
-        """Tokens of each text in the TEI /tokenize shape: id, text span, special flag, character offsets."""
+    def tokenize(self, texts: list[str], *, add_special_tokens: bool, field: str) -> list[list[dict]]:
+        """Tokens of each text in the TEI /tokenize shape: id, text span, special flag, character offsets.
+        Texts over the character limit are refused, as the embedding routes refuse them (an 8 MB string made
+        a 77 MB body)."""
+        texts = self._within_chars(texts, truncate=False, field=field)
         result = []
         for text, encoding in zip(
             texts, self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)

@@ -14,6 +14,7 @@ expects. Either way the token embeddings go through the model's own sentence-tra
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -168,13 +169,14 @@ def load_runner(settings: ServeSettings, *, fingerprint: bool) -> tuple[ModelRun
 
 
 def beat(sock: socket.socket, every: float) -> None:
-    """Send a byte every `every` seconds until the HTTP process is gone: a thread of its own, so a long batch
-    does not silence it, while a stopped or stuck process (the interpreter lock held) falls silent."""
+    """Send a byte every `every` seconds: a thread of its own, so a long batch does not silence it, while a
+    stopped or stuck process (the interpreter lock held) falls silent. Once the HTTP process is gone (killed,
+    or exited at its shutdown deadline) this process ends too, whether it is loading or mid-batch."""
     while True:
         try:
             sock.send(b".")
         except OSError:
-            return
+            os._exit(0)
         time.sleep(every)
 
 
@@ -182,14 +184,14 @@ def main(fd: int, heartbeat_fd: int) -> None:
     """The child's main loop on the connection at file descriptor `fd`: receive the settings, load, report
     ("ready", ModelInfo) or ("error", exception), then serve batches until told to stop (None) or until the
     HTTP process is gone (the connection closes). Heartbeats go to `heartbeat_fd` from the start."""
-    import torch
-
     # Ctrl-C reaches the whole process group, and a service manager may signal every process of the unit;
     # the HTTP process decides when to stop, after draining its queue, and tells this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     heartbeat = socket.socket(fileno=heartbeat_fd)
     threading.Thread(target=beat, args=(heartbeat, HEARTBEAT_SECONDS), name="heartbeat", daemon=True).start()
+    import torch  # after the first beat: importing it takes seconds on a busy machine
+
     conn = Connection(fd)
     try:
         settings, fingerprint = conn.recv()
