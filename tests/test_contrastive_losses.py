@@ -92,11 +92,14 @@ def test_each_shipped_kind_is_the_loss_the_trainer_trains(tmp_path, build, minil
 
 def test_recipes_written_before_kind_train_distillation_and_record_the_same_recipe():
     settings = load_recipe(resolve_recipe("contrastive-cpu"), ContrastiveSettings)
-    assert settings.loss.kind == "distill" and settings.loss.distill.teacher == "base"
+    assert settings.loss.trained_kind == "distill" and settings.loss.distill.teacher == "base"
     dumped = settings.model_dump(mode="json")["loss"]
     assert "kind" not in dumped  # the recipe's identity (resume, the benches' reuse) is what it was
-    assert ContrastiveSettings.model_validate(settings.model_dump()).loss.kind == "distill"
-    assert ContrastiveSettings.model_validate({"data": {"path": "d"}}).loss.kind == "infonce"
+    assert ContrastiveSettings.model_validate(settings.model_dump()).loss.trained_kind == "distill"
+    assert ContrastiveSettings.model_validate({"data": {"path": "d"}}).loss.trained_kind == "infonce"
+    named = ContrastiveSettings.model_validate({"data": {"path": "d"}, "loss": {"kind": "distill"}})
+    assert named.loss.distill.teacher == "minilm"  # kind distill alone: the default teacher
+    assert named.model_dump(mode="json")["loss"]["kind"] == "distill"
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ def loss_config(settings: ContrastiveSettings, model) -> dict:
     """The config of the loss `settings` train `model` with, as the model card reads it."""
     from neoembed.contrastive.losses import loss_class
 
-    return loss_class(settings.loss.kind).from_recipe(settings, model, world_size=1).config
+    return loss_class(settings.loss.trained_kind).from_recipe(settings, model, world_size=1).config
 
 
 def weights(run: Path) -> dict[str, torch.Tensor]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from neoembed.contrastive.losses import check_kind
 from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES, BuildConfig
@@ -107,9 +107,11 @@ class LossSettings(StrictSettings):
     """The loss `kind` names (`contrastive/losses/`), the settings of the shipped kinds, and what wraps any kind:
     Matryoshka dimensions, the pull toward the starting weights."""
 
-    kind: str = "infonce"
+    # Unset, it is left out of the recorded recipe: the recipes and runs recorded before `kind` existed keep
+    # their identity (a resume's check, the benches' reuse of a run).
+    kind: str | None = Field(default=None, exclude_if=lambda kind: kind is None)
     """The loss trained: infonce (InfoNCE alone) or distill (InfoNCE plus distillation from a teacher, set in
-    loss.distill); a recipe that sets loss.distill and no kind trains distill."""
+    loss.distill); unset: distill where loss.distill is set, else infonce."""
     temperature: float = Field(default=0.07, gt=0.0)
     """InfoNCE scores are cosine similarities divided by this."""
     infonce_weight: float = Field(default=1.0, ge=0.0)
@@ -130,30 +132,23 @@ class LossSettings(StrictSettings):
     matryoshka_weights: list[float] | None = None
     """One weight per Matryoshka dimension; None: 1 each."""
 
+    @property
+    def trained_kind(self) -> str:
+        """The kind of loss trained: `kind`, or where unset the one loss.distill implies."""
+        return self.kind or ("distill" if self.distill is not None else "infonce")
+
     @model_validator(mode="before")
     @classmethod
-    def _kind_of_a_recipe_that_names_none(cls, value):
-        """Recipes written before `kind`: loss.distill set means kind distill. Kind distill alone takes the
-        default distillation settings."""
-        if isinstance(value, dict) and "kind" not in value and value.get("distill") is not None:
-            return {**value, "kind": "distill"}
+    def _distill_defaults(cls, value):
+        """Kind distill without loss.distill: the default distillation settings."""
         if isinstance(value, dict) and value.get("kind") == "distill" and value.get("distill") is None:
             return {**value, "distill": {}}
         return value
 
     @field_validator("kind")
     @classmethod
-    def _known_kind(cls, kind: str) -> str:
-        return check_kind(kind)
-
-    @model_serializer(mode="wrap")
-    def _kind_where_not_implied(self, handler):
-        """The recorded recipe states `kind` only where loss.distill does not already say it, so recipes and
-        runs recorded before `kind` existed keep their identity (resume, and the benches' reuse of runs)."""
-        fields = handler(self)
-        if fields.get("kind") == ("distill" if self.distill is not None else "infonce"):
-            del fields["kind"]
-        return fields
+    def _known_kind(cls, kind: str | None) -> str | None:
+        return kind if kind is None else check_kind(kind)
 
     @model_validator(mode="after")
     def _weights_match_dims(self):
@@ -165,11 +160,11 @@ class LossSettings(StrictSettings):
 
     @model_validator(mode="after")
     def _losses_fit(self):
-        if self.distill is not None and self.kind != "distill":
+        if self.distill is not None and self.trained_kind != "distill":
             raise ValueError(f"distill is for kind distill, not {self.kind}: remove it, or set kind distill")
-        if self.distill is None and self.kind == "distill":
+        if self.distill is None and self.trained_kind == "distill":
             raise ValueError("kind distill needs distill, the settings of its teacher")
-        if self.infonce_weight == 0 and self.distill is None:
+        if self.infonce_weight == 0 and self.trained_kind == "infonce":
             raise ValueError("infonce_weight 0 leaves no loss: set distill, or a positive infonce_weight")
         if self.distill and self.distill.target == "embedding" and self.matryoshka_dims:
             # Matryoshka hands the loss truncated, re-normalised embeddings: nothing a teacher's full

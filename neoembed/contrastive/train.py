@@ -106,7 +106,7 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
             pull = self.settings.loss.base_pull * self.distance_from_start()
             loss = result[0] if return_outputs else result
             # A loss that logs no terms of its own is one term, named by its kind.
-            own = components or {self.settings.loss.kind: loss.detach()}
+            own = components or {self.settings.loss.trained_kind: loss.detach()}
             components = {**own, "base_pull": pull.detach()}
             result = (result[0] + pull, *result[1:]) if return_outputs else result + pull
         if components:
@@ -194,7 +194,7 @@ def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
     args = training_arguments(
         settings, evaluator is not None, prompts.training_prompts(settings.data.prompts, columns)
     )
-    loss = loss_class(settings.loss.kind).from_recipe(settings, model, args.world_size)
+    loss = loss_class(settings.loss.trained_kind).from_recipe(settings, model, args.world_size)
     # Recorded only once data and models loaded: a run that failed to start does not pin its recipe.
     resume = open_run(recipe, output_dir)
     keys = {name: text_keys(d) for name, d in sources.items()}  # before the trainer's transforms

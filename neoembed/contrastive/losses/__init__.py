@@ -11,6 +11,7 @@ package is registered the same way, before the recipe is validated:
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 LOSSES: dict[str, str] = {
     "infonce": "neoembed.contrastive.losses.infonce:InfoNCELoss",
@@ -25,7 +26,7 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-def loss_class(kind: str) -> type:
+def loss_class(kind: str) -> type[Any]:
     """The loss class registered as `kind`, a `losses.base.ContrastiveLoss` (not imported here: the settings
     import this table, and the losses the settings)."""
     module, _, name = LOSSES[check_kind(kind)].partition(":")

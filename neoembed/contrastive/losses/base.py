@@ -21,8 +21,6 @@ from sentence_transformers.util import all_gather, all_gather_with_grad, get_ran
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from typing import Self
-
     import numpy as np
     from transformers import TrainingArguments
 
@@ -60,7 +58,7 @@ class ContrastiveLoss(CachedLossMixin, nn.Module):
         self.components: dict[str, Tensor] = {}  # weighted terms summed since `pop_components`
 
     @classmethod
-    def from_recipe(cls, settings: ContrastiveSettings, model, world_size: int) -> Self:
+    def from_recipe(cls, settings: ContrastiveSettings, model, world_size: int) -> ContrastiveLoss:
         """The loss `settings` describe, for `model` trained on `world_size` ranks. Called before the run
         records its recipe: refuse a recipe this loss cannot train here."""
         raise NotImplementedError

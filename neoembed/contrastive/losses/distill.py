@@ -101,8 +101,9 @@ class DistillationLoss(InfoNCELoss):
 
     def prepare(self, run: TrainingRun) -> None:
         """Embed the training texts with the teacher (or read them back from the cache), and let it go."""
+        # Let go of the teacher here: once its outputs are cached, its memory is freed for training.
         teacher, settings = self.pending.teacher, self.pending.settings
-        self.pending = None  # its outputs are cached: the teacher's memory is freed for training
+        self.pending = None
         distill = settings.loss.distill
         targets = teacher_targets(
             teacher,
