@@ -133,12 +133,12 @@ def embed_to_file(
 ) -> np.ndarray:
     """Embed `texts` into rows offset, offset + 1, ... of the vector file `path`; return them memory-mapped.
 
-    Each chunk of `chunk_rows` texts is appended and synced to disk as soon as it is embedded, once its vectors
-    are known finite: a NaN row stops the run (`finite.NonFiniteVectors`, rows counted in the file) before it
-    is written, so no later step ever reads it. Complete
-    chunks already past `offset` are kept and a torn last one is cut, so after a crash the same call embeds
-    only the rest. The caller makes sure rows past `offset` belong to these texts (or trims them first).
-    `texts` is any sequence that slices: a list, or a view that reads a store chunk by chunk.
+    Each chunk of `chunk_rows` texts is appended and synced to disk as soon as it is embedded, and its checksum
+    recorded. A chunk with a non-finite vector is not written: `finite.NonFiniteVectors` names its rows (as
+    rows of the file). Complete chunks already past `offset` whose checksums still match are kept and a torn
+    last one is cut, so after a crash the same call embeds only the rest. The caller makes sure rows past
+    `offset` belong to these texts (or trims them first). `texts` is any sequence that slices: a list, or a
+    view that reads a store chunk by chunk.
     `on_chunk(texts_done, chunk_size, seconds)` is called after each chunk.
     """
     dim = model.get_embedding_dimension()
