@@ -116,3 +116,15 @@ def test_a_loss_kind_that_cannot_train_is_named_in_one_line(tmp_path, loss, erro
         load_recipe(path, ContrastiveSettings)
     assert error in str(refused.value) and "\n" not in str(refused.value)
     assert refused.value.param.startswith("loss")
+
+
+def test_the_card_of_a_loss_outside_the_infonce_family_names_no_infonce(tmp_path, minilm_path):
+    from neoembed.contrastive.model import build_model
+    from neoembed.contrastive.model_card import neoembed_section, training_facts
+
+    settings = ContrastiveSettings.model_validate({"data": {"path": "d"}})
+    model = build_model(str(tiny_encoder_dir(tmp_path, minilm_path)), "mean", 24)
+    facts = training_facts(settings, {"margin": 0.5}, model, {"wordnet": range(8)}, 3, None, None)
+    assert facts.infonce_weight == 0.0
+    section = neoembed_section(facts, {})
+    assert "with the loss the training details below name" in section and "InfoNCE" not in section

@@ -32,7 +32,7 @@ class TrainingFacts:
     name: str  # the export directory's name
     base_model: str  # as the recipe named it (the Hub id for the packaged MiniLM)
     steps: int
-    temperature: float
+    temperature: float | None  # InfoNCE's; None: a loss outside the InfoNCE family
     dimension: int
     pooling: str
     normalized: bool
@@ -75,11 +75,12 @@ def training_facts(
     dimension = model.get_embedding_dimension()
     dims = settings.loss.matryoshka_dims or []
     base_model = hub_name(settings.model.base)
+    infonce = "temperature" in loss  # the shipped kinds, and any built on InfoNCELoss
     return TrainingFacts(
         name=Path(settings.export.path or "neobert-embed").name,
         base_model=base_model,
         steps=steps,
-        temperature=loss["temperature"],
+        temperature=loss["temperature"] if infonce else None,
         dimension=dimension,
         pooling=next((str(m.pooling_mode) for m in model if hasattr(m, "pooling_mode")), "?"),
         normalized=any(type(m).__name__ == "Normalize" for m in model),
@@ -96,7 +97,7 @@ def training_facts(
         before=before or {},
         after=after or {},
         recipe=settings.model_dump(mode="json"),
-        infonce_weight=loss["weight"],
+        infonce_weight=loss["weight"] if infonce else 0.0,
         distillation=distillation(loss.get("distill"), base_model, dimension),
         leakage=leakage_summary(settings.data.path),
         seed=settings.train.seed,
@@ -266,6 +267,8 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         objective = f"with {infonce} (weight {facts.infonce_weight}) plus distillation {facts.distillation}"
     elif facts.distillation:
         objective = f"by distillation {facts.distillation}; one source per step"
+    elif facts.temperature is None:
+        objective = "with the loss the training details below name, one source per step"
     else:
         objective = f"with {infonce}"
     return f"""## Training with neoembed
