@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,7 @@ from neoembed.errors import RunError
 from neoembed.recipes import RecipeError
 
 if TYPE_CHECKING:
-    from neoembed.contrastive.settings import ContrastiveSettings
+    from neoembed.contrastive.settings import ContrastiveSettings, DistillSettings
 
 PROJECTION_FILE = "distill_projection.safetensors"  # in each checkpoint, beside the student's weights
 
@@ -85,7 +85,9 @@ class DistillationLoss(InfoNCELoss):
 
     logs_terms = True
 
-    def __init__(self, model, distill: nn.Module | None, teacher: str, **infonce: Any) -> None:
+    def __init__(
+        self, model, distill: ScoreDistillation | EmbeddingDistillation | None, teacher: str, **infonce: Any
+    ) -> None:
         """`distill`: the term (`ScoreDistillation` or `EmbeddingDistillation`; None until `prepare` makes it
         from the recipe); `teacher`: the recipe's name for the teacher; `infonce`: `InfoNCELoss`'s arguments."""
         super().__init__(model, **infonce)
@@ -95,16 +97,17 @@ class DistillationLoss(InfoNCELoss):
 
     @classmethod
     def from_recipe(cls, settings: ContrastiveSettings, model, world_size: int) -> DistillationLoss:
-        loss = cls(model, None, settings.loss.distill.teacher, **infonce_arguments(settings.loss))
+        loss = cls(model, None, distill_settings(settings).teacher, **infonce_arguments(settings.loss))
         loss.pending = PendingTeacher(load_teacher(settings, model, world_size), settings)
         return loss
 
     def prepare(self, run: TrainingRun) -> None:
         """Embed the training texts with the teacher (or read them back from the cache), and let it go."""
+        assert self.pending is not None  # from_recipe loaded the teacher
         # Let go of the teacher here: once its outputs are cached, its memory is freed for training.
         teacher, settings = self.pending.teacher, self.pending.settings
         self.pending = None
-        distill = settings.loss.distill
+        distill = distill_settings(settings)
         targets = teacher_targets(
             teacher,
             teacher_name(settings),
@@ -123,11 +126,13 @@ class DistillationLoss(InfoNCELoss):
             self.distill = EmbeddingDistillation(self.model, targets, distill.metric, distill.weight)
 
     def terms(self, batch: InBatch, columns: list[Tensor], keys: list[Tensor]) -> dict[str, Tensor]:
+        assert self.distill is not None  # prepare made it
         distill = self.distill.weight * self.distill(batch, columns, keys)
         return {**super().terms(batch, columns, keys), "distill": distill}
 
     @property
     def config(self) -> dict[str, Any]:
+        assert self.distill is not None  # prepare made it
         return {**super().config, "distill": {"teacher": self.teacher, **self.distill.get_config_dict()}}
 
     def save_checkpoint(self, checkpoint: Path) -> None:
@@ -225,7 +230,9 @@ class EmbeddingDistillation(nn.Module):
             # or in a recipe: loss.distill: {teacher: minilm, target: embedding, metric: cosine}
     """
 
-    def __init__(self, model, targets: TeacherTargets, metric: str, weight: float) -> None:
+    def __init__(
+        self, model, targets: TeacherTargets, metric: Literal["cosine", "mse"], weight: float
+    ) -> None:
         from sentence_transformers.sentence_transformer.losses import EmbedDistillLoss
 
         super().__init__()
@@ -259,15 +266,21 @@ class EmbeddingDistillation(nn.Module):
         return {"target": "embedding", **self.compare.get_config_dict(), "weight": self.weight}
 
 
+def distill_settings(settings: ContrastiveSettings) -> DistillSettings:
+    """The recipe's `loss.distill`."""
+    assert settings.loss.distill is not None  # the settings refuse kind distill without it
+    return settings.loss.distill
+
+
 def teacher_name(settings: ContrastiveSettings) -> str:
     """The model the recipe distils from: `loss.distill.teacher`, where `base` names `model.base`."""
-    teacher = settings.loss.distill.teacher
+    teacher = distill_settings(settings).teacher
     return settings.model.base if teacher == BASE_TEACHER else teacher
 
 
 def load_teacher(settings: ContrastiveSettings, student, world_size: int):
     """The recipe's teacher (on the CPU until it embeds), refused where the recipe cannot distil from it."""
-    distill = settings.loss.distill
+    distill = distill_settings(settings)
     try:
         teacher = load_embedder(teacher_name(settings), device="cpu", max_seq_length=distill.max_length)
     except EmbedderError as err:
