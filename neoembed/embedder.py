@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from neoembed.errors import InputError, RunError
 from neoembed.finite import SHOWN_ROWS, non_finite_rows
@@ -219,7 +219,7 @@ def require_finite_weights(model, *, what: str) -> None:
 
 
 def _input_embeddings(model) -> int | None:
-    encoder = getattr(model[0], "auto_model", None) if len(model) else None
+    encoder: Any = getattr(model[0], "auto_model", None) if len(model) else None
     layer = encoder.get_input_embeddings() if hasattr(encoder, "get_input_embeddings") else None
     return getattr(layer, "num_embeddings", None)
 
@@ -261,7 +261,8 @@ def model_fingerprint(model) -> str:
     # A SentenceTransformer is a Sequential of modules (Transformer, Pooling, Normalize, ...).
     modules = list(model) if isinstance(model, torch.nn.Sequential) else [model]
     for module in modules:
-        config = module.get_config_dict() if hasattr(module, "get_config_dict") else {}
+        get_config: Any = getattr(module, "get_config_dict", None)  # sentence-transformers modules have one
+        config = get_config() if get_config is not None else {}
         digest.update(type(module).__name__.encode())
         digest.update(json.dumps(config, sort_keys=True, default=str).encode())
     tokenizer = getattr(model, "tokenizer", None)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,7 @@ def _tune_and_commit(
 
 
 def build_index(
-    sources: list[str | Path], out: str | Path, settings: BuildSettings | None = None, /, **fields
+    sources: Sequence[str | Path], out: str | Path, settings: BuildSettings | None = None, /, **fields
 ) -> Manifest:
     """Embed the documents of `sources` and write a tuned index directory at `out`; `settings` or
     `fields` (`model="minilm"`, `threads=2`, ...) as in `BuildSettings`."""
@@ -271,7 +272,7 @@ def _resume_add(out: Path, state: dict, dim: int, n: int) -> None:
 
 
 def add_documents(
-    index_dir: str | Path, sources: list[str | Path], settings: AddSettings | None = None, /, **fields
+    index_dir: str | Path, sources: Sequence[str | Path], settings: AddSettings | None = None, /, **fields
 ) -> Manifest:
     """Embed and append new documents to an index directory, then re-tune and re-measure it; `settings`
     or `fields` as in `AddSettings`.

@@ -14,7 +14,7 @@ duplicate ids (the store's unique index finds them) and an empty corpus are erro
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -146,7 +146,7 @@ class CorpusReader:
     that are not UTF-8, replaced by U+FFFD, in `not_utf8` ("file:row").
     """
 
-    def __init__(self, sources: list[str | Path], *, id_field: str = "id", text_field: str = "text"):
+    def __init__(self, sources: Sequence[str | Path], *, id_field: str = "id", text_field: str = "text"):
         self.sources = [str(s) for s in sources]
         self.id_field, self.text_field = id_field, text_field
         self._files = {s: [] if s == WORDNET else [_check(p) for p in _files(Path(s))] for s in self.sources}
