@@ -1,10 +1,10 @@
 """Dynamic batching: requests queue token-id sequences, a worker thread hands batches to the backend.
 
-Each request queues as one job, its inputs ordered longest first. The worker fills a window of up to
-WINDOW_BATCHES batches' worth of tokens by visiting the queued requests in turn (round-robin), taking at most
-one batch's worth from each per visit, so a large request is served in slices between other requests' inputs:
-a small request behind a 2,048-input one waits a window, a few batches, not for the whole large one. The
-window is sorted by length so a batch pads little, cut into batches whose padded size (longest input x
+Each request queues as one job, its inputs ordered longest first. Each window is one turn over the queued
+requests (round-robin), at most one batch's worth of tokens from each and WINDOW_BATCHES batches' worth in
+all, so a large request is served in slices between other requests' inputs, and the window's batches run
+shortest inputs first: a small request behind a 2,048-input one waits for the batch in flight, not for the
+whole large one. The window is sorted by length so a batch pads little, cut into batches whose padded size (longest input x
 inputs) fits the token budget, and each row is written back into its request's slot. A request whose client
 left (its future cancelled: a disconnect, a request timeout) is dropped from the queue and from the batches
 not yet run. The queue is bounded: a request that would overflow it is refused (429) instead of waiting
@@ -34,8 +34,8 @@ from neoembed.serve.metrics import Metrics
 
 log = logging.getLogger("neoembed.serve")
 
-# A window holds up to this many batches' worth of tokens: enough choice for length-aware grouping, small
-# enough that a request arriving behind it waits for a few batches at most.
+# A window holds up to this many batches' worth of tokens: enough choice for length-aware grouping across many
+# small requests, small enough that a request arriving behind it waits for a few batches at most.
 WINDOW_BATCHES = 4
 
 
@@ -80,11 +80,10 @@ class _Job:
         return self.future.done()
 
     def take(self, tokens: int) -> list[_Item]:
-        """Its next inputs, as many as `tokens` tokens hold (at least one)."""
+        """Its next inputs, as many as a batch of `tokens` padded tokens holds (at least one): the first is
+        the longest, as its inputs are sorted."""
         taken = [self.waiting.popleft()]
-        used = len(taken[0].ids)
-        while self.waiting and used + len(self.waiting[0].ids) <= tokens:
-            used += len(self.waiting[0].ids)
+        while self.waiting and len(taken[0].ids) * (len(taken) + 1) <= tokens:
             taken.append(self.waiting.popleft())
         return taken
 
@@ -202,7 +201,8 @@ class Batcher:
     def _run(self) -> None:
         try:
             while (window := self._next_window()) is not None:
-                for batch in plan_batches([len(item.ids) for item in window], self.max_batch_tokens):
+                batches = plan_batches([len(item.ids) for item in window], self.max_batch_tokens)
+                for batch in reversed(batches):  # shortest inputs first: a small request is answered soonest
                     self._run_batch([window[i] for i in batch])
         except BaseException as err:  # no inference process any more, or a bug: no request may wait forever
             if isinstance(err, BackendGone):
@@ -213,18 +213,21 @@ class Batcher:
             self.on_fatal(err)
 
     def _next_window(self) -> list[_Item] | None:
-        """Up to WINDOW_BATCHES budgets of tokens, taken from the queued requests in turn, at most one budget
-        from each per turn; None once closed and drained. Requests whose client left are dropped."""
+        """One turn over the queued requests, at most one batch (padded tokens) from each and WINDOW_BATCHES
+        batches in all; None once closed and drained. A request's inputs are already sorted by length, so a request
+        alone loses no grouping to a one-budget window, and one arriving behind it waits a batch or two."""
         with self._cond:
             while not self._jobs and not self._closing:
                 self._cond.wait()
             window: list[_Item] = []
             tokens, limit = 0, WINDOW_BATCHES * self.max_batch_tokens
-            while self._jobs and tokens < limit:
+            for _ in range(len(self._jobs)):
+                if tokens >= limit:
+                    break
                 job = self._jobs[0]
                 taken = job.take(min(self.max_batch_tokens, limit - tokens))
                 window += taken
-                tokens += sum(len(item.ids) for item in taken)
+                tokens += len(taken[0].ids) * len(taken)
                 self._queued -= len(taken)
                 if job.waiting:
                     self._jobs.rotate(-1)  # its next slice after the other requests' turns
@@ -232,7 +235,7 @@ class Batcher:
                     self._jobs.popleft()
             self._metrics.queue_depth.set(self._queued)
             self._window = window
-            return window or (None if self._closing else [])
+            return window or None
 
     def _run_batch(self, items: list[_Item]) -> None:
         items = [item for item in items if not item.job.cancelled]
