@@ -54,6 +54,7 @@ from neoembed.bench.report import (
     timed,
     write_report,
 )
+from neoembed.bench.serve_fairness import Fairness, fairness_round
 from neoembed.bench.serve_faults import RESTART_TARGET_S, Faults, fault_round
 from neoembed.bench.settings import ServeBench
 from neoembed.errors import InputError
@@ -194,11 +195,13 @@ Round = tuple[float, list[float]]  # wall seconds, request latencies: the fastes
 @dataclass(frozen=True)
 class Served:
     """One backend's server for one model: each round through the raw-HTTP clients and through the openai
-    client, /health's latencies in the health round, the fault round, and the fidelity of what it serves."""
+    client, /health's latencies in the health round, the fairness round, the fault round, and the fidelity of
+    what it serves."""
 
     rounds: list[Round]
     openai_rounds: list[Round]
     health: list[float]
+    fairness: Fairness
     faults: Faults
     fidelity: dict[str, float]
 
@@ -239,7 +242,7 @@ class ModelResult:
                    "health_p50_ms": percentile_ms(served.health, 50),
                    "health_p95_ms": percentile_ms(served.health, 95), "health_probes": len(served.health),
                    "server_s": [w for w, _ in served.rounds], "openai_s": [w for w, _ in served.openai_rounds],
-                   "faults": served.faults, **served.fidelity}  # fmt: skip
+                   "fairness": served.fairness, "faults": served.faults, **served.fidelity}  # fmt: skip
         if inference_backends.REFERENCE in self.served:
             figures["vs_fp32_server"] = self.served[inference_backends.REFERENCE].best[0] / wall
         return figures
@@ -264,7 +267,9 @@ class ModelResult:
                 "texts/s": inputs / wall, "tokens/s": self.tokens / wall, "ratio": figures["ratio"],
                 **({"vs fp32 server": figures["vs_fp32_server"]} if "vs_fp32_server" in figures else {}),
                 **{f"p{q} ms": percentile_ms(latencies, q) for q in (50, 95, 99)},
-                "health p95 ms": figures["health_p95_ms"], "killed -> ready s": max(faults.restart_s),
+                "health p95 ms": figures["health_p95_ms"],
+                "small behind 2048 p95 ms": served.fairness.small_p95_ms,
+                "killed -> ready s": max(faults.restart_s),
                 "hung -> ready s": faults.hang_ready_s, "health p95 ms (faults)": faults.health_p95_ms,
                 "worst cosine": served.fidelity["worst cosine"],
                 "recall@10 change": served.fidelity["recall@10 change"],
@@ -283,7 +288,7 @@ class ModelResult:
                 f"{f['health_p95_ms']:.0f} ms over {f['health_probes']} probes (target {HEALTH_TARGET_MS:.0f}); "
                 f"killed -> ready in at most {max(faults.restart_s):.1f} s (target {RESTART_TARGET_S:.0f}), "
                 f"hung -> 503 in {faults.hang_unready_s:.1f} s and ready in {faults.hang_ready_s:.1f} s, "
-                f"/health p95 {faults.health_p95_ms:.0f} ms meanwhile"
+                f"/health p95 {faults.health_p95_ms:.0f} ms meanwhile; {served.fairness.line()}"
             )
         speedups = {b: self.figures(b).get("vs_fp32_server") for b in self.served}
         if len(self.served) > 1 and inference_backends.REFERENCE in self.served:
@@ -361,8 +366,11 @@ def bench_model(
         for backend, (process, port) in servers.items():
             health = _health_round(port, requests[backend], settings.health_requests, settings.health_clients)
             fidelity = inference_backends.fidelity(probe, reference, _served_vectors(port, probe.texts))
+            fairness = fairness_round(port, inputs)
             faults = fault_round(process, port)  # last: it kills the inference process
-            served[backend] = Served(rounds[backend], openai_rounds[backend], health, faults, fidelity)
+            served[backend] = Served(
+                rounds[backend], openai_rounds[backend], health, fairness, faults, fidelity
+            )
     finally:
         for process, _ in servers.values():
             stop_server(process)
@@ -402,7 +410,8 @@ def run(settings: ServeBench) -> WrittenReport:
             "servers are) and each server, through the official openai client and through raw HTTP clients; ratio "
             "= throughput / model.encode at its fastest batch size of those timed; /health polled every 20 ms "
             f"in a separate round of {settings.health_requests} requests from {settings.health_clients} "
-            "clients, all answered 200. Then the fault round: the inference process killed twice and stopped "
+            "clients, all answered 200. Then the fairness round: one-text requests, one after another, while a "
+            "2,048-input request of glosses joined to 160 characters runs (their p95). Then the fault round: the inference process killed twice and stopped "
             "once (SIGSTOP), /health polled every 10 ms until a new one is ready. Worst cosine and recall@10 "
             f"change: the served vectors of a WordNet probe ({PROBE_SYNSETS} glosses and their "
             "example-sentence queries) against in-process torch fp32."
