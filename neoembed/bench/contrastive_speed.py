@@ -84,7 +84,7 @@ def neoembed_arm(settings_json: str, warmup: int) -> dict[str, Any]:
     clock = StepClock(warmup)
     trainer.add_callback(clock)
     trainer.train()
-    return {**clock.figures, "mini-batch": trainer.infonce.mini_batch_size}
+    return {**clock.figures, "mini-batch": trainer.contrastive_loss.mini_batch_size}
 
 
 def st_arm(settings_json: str, warmup: int, out: str) -> dict[str, Any]:
@@ -180,23 +180,37 @@ def run(bench: ContrastiveBench) -> WrittenReport:
 
     recipe = resolve_recipe(bench.recipe)
     overrides = parse_overrides([f"--{item}" for item in bench.overrides])
-    out = bench.out
-    data = bench.data or default_build(out / "data", bench.rows)
-    rows, ratios, arms = [], {}, {}
+    data = bench.data or default_build(bench.out / "data", bench.rows)
+    arms = {}
     for precision in speed_precisions(bench):
-        ours_dir, theirs_dir = out / f"speed-{precision}-neoembed", out / f"speed-{precision}-st"
-        settings = speed_settings(bench, recipe, data, ours_dir, precision, overrides)
-        for run_dir in (ours_dir, theirs_dir):  # timings are never reused
-            shutil.rmtree(run_dir, ignore_errors=True)
-            run_dir.mkdir(parents=True)
-        plan = settings.model_dump_json()
-        measured = {
-            "neoembed": in_child(neoembed_arm, plan, bench.warmup_steps, work=ours_dir),
-            "st": in_child(st_arm, plan, bench.warmup_steps, str(theirs_dir), work=theirs_dir),
-        }
-        arms[precision] = measured
-        for trainer, figures in measured.items():
-            rows.append(arm_row(precision, trainer, figures))
+        settings = speed_settings(
+            bench, recipe, data, bench.out / f"speed-{precision}-neoembed", precision, overrides
+        )
+        arms[precision] = measure(bench, settings, precision)
+    return write_report(report(bench, recipe, data, settings, arms), bench.out)
+
+
+def measure(
+    bench: ContrastiveBench, settings: ContrastiveSettings, precision: str
+) -> dict[str, dict[str, Any]]:
+    """Trainer -> what it reported of its timed steps, each trained in a fresh process of its own."""
+    ours_dir, theirs_dir = bench.out / f"speed-{precision}-neoembed", bench.out / f"speed-{precision}-st"
+    for run_dir in (ours_dir, theirs_dir):  # timings are never reused
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+    plan = settings.model_dump_json()
+    return {
+        "neoembed": in_child(neoembed_arm, plan, bench.warmup_steps, work=ours_dir),
+        "st": in_child(st_arm, plan, bench.warmup_steps, str(theirs_dir), work=theirs_dir),
+    }
+
+
+def report(bench: ContrastiveBench, recipe: Path, data: Path, settings, arms: dict[str, dict]) -> Report:
+    """The trainers' rows per precision, and neoembed's speed and memory against ST's."""
+    rows = [arm_row(precision, trainer, figures) for precision, measured in arms.items()
+            for trainer, figures in measured.items()]  # fmt: skip
+    ratios = {}
+    for precision, measured in arms.items():
         ours, theirs = measured["neoembed"], measured["st"]
         ratios[precision] = {
             "pairs_per_s": pairs_per_s(ours) / pairs_per_s(theirs),
@@ -219,7 +233,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         f"({meets(r['peak_memory'] <= 1.0)} 'no higher')"
         for precision, r in ratios.items()
     ]
-    report = Report(
+    return Report(
         name="contrastive-speed",
         title="neoembed bench contrastive --speed",
         intro=intro,
@@ -235,7 +249,7 @@ def run(bench: ContrastiveBench) -> WrittenReport:
             "threads": bench.threads,
         },
     )
-    return write_report(report, out)
+    return report
 
 
 def pairs_per_s(figures: dict[str, Any], seconds: str = "seconds") -> float:
