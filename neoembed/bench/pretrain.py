@@ -13,6 +13,7 @@ of the same sequences to show both give the same loss.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import datasets
 import numpy as np
@@ -79,24 +80,72 @@ def time_steps(model, optimizer, batches: list[dict], warmup: int, autocast, dev
     return time.perf_counter() - start
 
 
+@dataclass(frozen=True)
+class Trial:
+    """What every layout of one `bench pretrain` shares: the device, the precision, the model's config and the
+    peak its MFU is measured against."""
+
+    bench: PretrainBench
+    device: str
+    autocast: torch.dtype | None  # bf16 autocast over fp32 weights, or None: fp32
+    config: NeoBERTConfig
+    peak: float  # FLOP/s
+    peak_source: str
+
+    @property
+    def measured_peak(self) -> bool:
+        """Not a table entry or --peak-tflops: measured again around each layout."""
+        return self.peak_source.startswith("measured")
+
+    def current_peak(self) -> float:
+        return (
+            measured_matmul_flops(self.device, self.autocast or torch.float32)
+            if self.measured_peak
+            else self.peak
+        )
+
+    def measure(self, model, batches: MLMBatches, backend: str, label: dict[str, str]) -> tuple[Row, Mfu]:
+        """One layout's real tokens/s, TFLOP/s and MFU over the timed steps."""
+        bench, device = self.bench, self.device
+        peak_before = self.current_peak()
+        model.config.attn_backend = backend
+        count = bench.warmup_steps + bench.steps
+        on_device_batches = on_device(batches, count, device)
+        counted = [batch_counts(b, bench.max_length) for b in on_device_batches[bench.warmup_steps :]]
+        real, slots, squares, decoded = torch.stack(counted).sum(0).tolist()
+        # Throughput only: a tiny learning rate keeps the shared model stable across layouts.
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=torch.device(device).type == "cuda")
+        seconds = time_steps(model, optimizer, on_device_batches, bench.warmup_steps, self.autocast, device)
+        del optimizer, on_device_batches
+        peak_after = self.current_peak()
+        flops = training_flops(self.config, real, squares, decoded)
+        # Against the better of the peaks measured just before and after: a peak measured while another job
+        # ran is low, and would inflate MFU (139.5% was once printed so).
+        mfu = Mfu(flops / seconds, max(peak_before, peak_after))
+        steps = bench.steps
+        return Row(label, {
+            "real tokens/step": real // steps, "slots/step": slots // steps,
+            "packing efficiency": real / slots,
+            "tokens/s": real / seconds, "TFLOP/s": flops / seconds / 1e12,
+            "peak TFLOP/s before": peak_before / 1e12, "peak TFLOP/s after": peak_after / 1e12,
+            "MFU": mfu.figure,
+        }, note=None if mfu.possible else f"MFU: {mfu.text()}"), mfu  # fmt: skip
+
+
 def run(bench: PretrainBench, progress=print) -> WrittenReport:
-    config_name, max_length, steps, threads = bench.config, bench.max_length, bench.steps, bench.threads
-    token_budget, peak_tflops = bench.token_budget or None, bench.peak_tflops or None
-    device, warmup_steps = resolve_device(bench.device), bench.warmup_steps
-    torch.set_num_threads(threads)
+    device, max_length = resolve_device(bench.device), bench.max_length
+    torch.set_num_threads(bench.threads)
     torch.manual_seed(0)
-    device_type = torch.device(device).type
-    precision = resolve_precision(bench.dtype, device)
-    autocast = torch.bfloat16 if precision.train_bf16 else None
-    compute_dtype = autocast or torch.float32
-    tokenizer = load_tokenizer()
-    corpus = skewed_corpus(num_docs=4000, max_length=max_length, seed=0)
-    config = NeoBERTConfig(max_length=max(max_length, 512), **CONFIGS[config_name])
+    autocast = torch.bfloat16 if resolve_precision(bench.dtype, device).train_bf16 else None
+    config = NeoBERTConfig(max_length=max(max_length, 512), **CONFIGS[bench.config])
     budget = fit_token_budget(
-        token_budget or DEFAULT_TOKEN_BUDGET.get(device_type, DEFAULT_TOKEN_BUDGET["cpu"]),
-        explicit=token_budget is not None,
+        bench.token_budget
+        or DEFAULT_TOKEN_BUDGET.get(torch.device(device).type, DEFAULT_TOKEN_BUDGET["cpu"]),
+        explicit=bool(bench.token_budget),
         max_length=max_length,
-        memory=step_memory(config, max_length, value_bytes=2 if autocast else 4, scores=device_type == "cpu"),
+        memory=step_memory(
+            config, max_length, value_bytes=2 if autocast else 4, scores=torch.device(device).type == "cpu"
+        ),
         available_bytes=available_memory(device),
     )
     if budget.note:
@@ -105,73 +154,59 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
     model.config.sparse_prediction = True
     if bench.compile:
         model.compile_layers()
-    rows = max(1, budget.tokens // max_length)
-    count = warmup_steps + steps
-    common = dict(max_length=max_length, batch_size=rows, num_items=count, seed=0, mask_rate=0.2,
-                  mask_mode="mask", tokenizer=tokenizer)  # fmt: skip
+    corpus = skewed_corpus(num_docs=4000, max_length=max_length, seed=0)
+    common = dict(max_length=max_length, batch_size=max(1, budget.tokens // max_length), seed=0, mask_rate=0.2,
+                  num_items=bench.warmup_steps + bench.steps, mask_mode="mask", tokenizer=load_tokenizer())  # fmt: skip
     padded, packed = MLMBatches(corpus, packed=False, **common), MLMBatches(corpus, packed=True, **common)
-    varlen = "unpadded, " + varlen_kernel_for(device_type, compute_dtype, importable_kernels())
-    # (layout, batches, attention backend): the paper's padded batches computed with their padding, the same
-    # batches through neoembed's unpadded path, and packed rows.
-    layouts = [
-        ("padded", padded, "sdpa"),
-        ("padded, unpadded path", padded, "unpadded"),
-        ("packed", packed, "unpadded"),
-    ]
-    peak, peak_source = device_peak(device, compute_dtype, peak_tflops)
-    measured_peak = peak_source.startswith("measured")  # not a table entry or --peak-tflops: measure it again
-
-    results, mfus = {}, {}
-    for name, batches, backend in layouts:
-        peak_before = measured_matmul_flops(device, compute_dtype) if measured_peak else peak
-        model.config.attn_backend = backend
-        on_device_batches = on_device(batches, count, device)
-        real, slots, squares, decoded = (
-            torch.stack([batch_counts(b, max_length) for b in on_device_batches[warmup_steps:]])
-            .sum(0)
-            .tolist()
-        )
-        # Throughput only: a tiny learning rate keeps the shared model stable across layouts.
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device_type == "cuda")
-        seconds = time_steps(model, optimizer, on_device_batches, warmup_steps, autocast, device)
-        del optimizer, on_device_batches
-        peak_after = measured_matmul_flops(device, compute_dtype) if measured_peak else peak
-        flops = training_flops(config, real, squares, decoded)
-        # Against the better of the peaks measured just before and after: a peak measured while another job
-        # ran is low, and would inflate MFU (139.5% was once printed so).
-        mfus[name] = mfu = Mfu(flops / seconds, max(peak_before, peak_after))
-        results[name] = Row({"layout": name, "attention": "sdpa, padded" if backend == "sdpa" else varlen}, {
-            "real tokens/step": real // steps, "slots/step": slots // steps,
-            "packing efficiency": real / slots,
-            "tokens/s": real / seconds, "TFLOP/s": flops / seconds / 1e12,
-            "peak TFLOP/s before": peak_before / 1e12, "peak TFLOP/s after": peak_after / 1e12,
-            "MFU": mfu.figure,
-        }, note=None if mfu.possible else f"MFU: {mfu.text()}")  # fmt: skip
-        progress(f"{name}: {real / seconds:,.0f} real tokens/s, MFU {mfu.text()}")
-
-    loss_gap = packed_padded_loss_gap(model, packed[0], device, autocast)
-    speedup = results["packed"]["tokens/s"] / results["padded"]["tokens/s"]
-    unpadded_speedup = results["padded, unpadded path"]["tokens/s"] / results["padded"]["tokens/s"]
-    remeasured = ", measured again before and after each layout" if measured_peak else ""
-    target = (
-        f"; the target is {TARGET_MFU:.0%} on an H100 in bf16 at 1024 tokens" if device_type == "cuda" else ""
+    trial = Trial(
+        bench,
+        device,
+        autocast,
+        config,
+        *device_peak(device, autocast or torch.float32, bench.peak_tflops or None),
     )
+    varlen = "unpadded, " + varlen_kernel_for(
+        torch.device(device).type, autocast or torch.float32, importable_kernels()
+    )
+    # The paper's padded batches computed with their padding, the same batches through neoembed's unpadded
+    # path, and packed rows.
+    measured = {}
+    for name, batches, backend in (("padded", padded, "sdpa"), ("padded, unpadded path", padded, "unpadded"),
+                                   ("packed", packed, "unpadded")):  # fmt: skip
+        label = {"layout": name, "attention": "sdpa, padded" if backend == "sdpa" else varlen}
+        measured[name] = row, mfu = trial.measure(model, batches, backend, label)
+        progress(f"{name}: {row['tokens/s']:,.0f} real tokens/s, MFU {mfu.text()}")
+    loss_gap = packed_padded_loss_gap(model, packed[0], device, autocast)
+    return write_report(report(trial, budget, measured, loss_gap), bench.out)
+
+
+def report(trial: Trial, budget, measured: dict[str, tuple[Row, Mfu]], loss_gap: float) -> Report:
+    """The layouts' rows, and packed against padded: speed-up, MFU and the loss gap."""
+    bench, device = trial.bench, trial.device
+    tokens = {name: row["tokens/s"] for name, (row, _) in measured.items()}
+    speedup, unpadded_speedup = (
+        tokens["packed"] / tokens["padded"],
+        tokens["padded, unpadded path"] / tokens["padded"],
+    )
+    remeasured = ", measured again before and after each layout" if trial.measured_peak else ""
+    cuda = torch.device(device).type == "cuda"
+    target = f"; the target is {TARGET_MFU:.0%} on an H100 in bf16 at 1024 tokens" if cuda else ""
     verdicts = [
         f"packed/padded real tokens/s = {speedup:.2f}x "
         f"({meets(speedup >= TARGET_SPEEDUP)} the {TARGET_SPEEDUP}x target)",
         f"padded through the unpadded path / padded = {unpadded_speedup:.2f}x",
-        f"packed MFU = {mfus['packed'].text()} of {peak / 1e12:,.3g} TFLOP/s "
-        f"({peak_source}{remeasured}){target}",
+        f"packed MFU = {measured['packed'][1].text()} of {trial.peak / 1e12:,.3g} TFLOP/s "
+        f"({trial.peak_source}{remeasured}){target}",
         f"|loss(packed) - loss(same sequences padded)| = {loss_gap:.1e}",
     ]
-    settings = dict(config=config_name, max_length=max_length, token_budget=budget.tokens,
-                    token_budget_note=budget.note, steps=steps, warmup_steps=warmup_steps, threads=threads,
-                    device=torch.cuda.get_device_name(device) if device_type == "cuda" else device,
-                    dtype="bf16 autocast" if autocast else "fp32", compile=bench.compile,
+    settings = dict(config=bench.config, max_length=bench.max_length, token_budget=budget.tokens,
+                    token_budget_note=budget.note, steps=bench.steps, warmup_steps=bench.warmup_steps,
+                    threads=bench.threads, device=torch.cuda.get_device_name(device) if cuda else device,
+                    dtype="bf16 autocast" if trial.autocast else "fp32", compile=bench.compile,
                     # significant digits: a tiny --peak-tflops stays visible
-                    peak_tflops=float(f"{peak / 1e12:.4g}"), peak_source=peak_source)  # fmt: skip
-    rows = list(results.values())
-    report = Report(
+                    peak_tflops=float(f"{trial.peak / 1e12:.4g}"), peak_source=trial.peak_source)  # fmt: skip
+    rows = [row for row, _ in measured.values()]
+    return Report(
         name="pretrain",
         title="neoembed bench pretrain",
         intro=[f"Settings: {settings}. Length-skewed corpus (log-normal lengths); full AdamW steps."],
@@ -179,7 +214,6 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
         verdicts=verdicts,
         payload={"settings": settings, "rows": rows, "speedup": speedup, "loss_gap": loss_gap},
     )
-    return write_report(report, bench.out)
 
 
 def packed_padded_loss_gap(model, packed_batch: dict, device: str, autocast) -> float:
