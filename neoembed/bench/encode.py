@@ -188,12 +188,7 @@ def auto_path(ids, mask, dtype: torch.dtype) -> str:
 
 def run(settings: EncodeBench, progress=print) -> WrittenReport:
     device = resolve_device(settings.device)
-    bf16_hardware = resolve_precision("auto", device).bf16_supported
-    dtypes = settings.dtypes
-    if dtypes == ("auto",):
-        dtypes = ("fp32", "bf16") if bf16_hardware else ("fp32",)
-    elif "bf16" in dtypes and not bf16_hardware:
-        progress(f"note: bf16 has no matrix units on this {device}; torch emulates it, far slower than fp32")
+    dtypes = encode_dtypes(settings.dtypes, device, progress)
     torch.set_num_threads(settings.threads)
     lengths = list(settings.lengths) or (COMPARE_LENGTHS if settings.compare else DEFAULT_LENGTHS)
     rows, attention, peaks = [], {}, {}
@@ -216,46 +211,14 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
                 peaks[dtype_name] = device_peak(device, dtype, None)
             kernel = varlen_kernel_for(torch.device(device).type, dtype, importable_kernels())
             attention[f"neobert {dtype_name}"] = f"padded: sdpa; unpadded: {kernel}"
-            if twin is None:
-                paths = {
-                    "padded": _neobert_forward(model, "sdpa"),
-                    "unpadded": _neobert_forward(model, "unpadded"),
-                }
-            else:
+            if twin is not None:
                 twin.to(dtype)
                 attention[f"modernbert {dtype_name}"] = twin.config._attn_implementation
-                # Eager beside eager, and where compiled, compiled beside compiled.
-                paths = {
-                    "neobert": _neobert_forward(model, "auto", False),
-                    "modernbert": _modernbert_forward(twin),
-                }
-                if compiled:
-                    paths |= {
-                        "neobert compiled": _neobert_forward(model, "auto", True),
-                        "modernbert compiled": _modernbert_forward(twin, compiled=True),
-                    }
-            with torch.inference_mode():
-                # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
-                for warm_lengths in ([16, 8], [16, 16]):
-                    warm_ids, warm_mask = make_batch(warm_lengths, model.config.vocab_size, device, 0)
-                    for forward in paths.values():
-                        forward(warm_ids, warm_mask)
-                for case in cases:
-                    ids, mask = make_batch(case.lengths, model.config.vocab_size, device, seed=1)
-                    seconds = time_paths(paths, ids, mask, settings.repeats, device)
-                    label = {"config": config_name, "case": case.name, "dtype": dtype_name}
-                    peak = peaks[dtype_name][0]
-                    if twin is None:
-                        measured = [(label, seconds)]
-                    else:  # a row per mode, each comparing the two models in it
-                        measured = [
-                            (label | {"mode": mode}, {m: seconds[m + suffix] for m in ("neobert", "modernbert")})
-                            for mode, suffix in (("eager", ""), ("compiled", " compiled"))[: 1 + compiled]
-                        ]  # fmt: skip
-                    for row_label, timed in measured:
-                        rows.append(_measured(row_label, case, model, twin, ids, mask, timed, peak))
-                        rates = [f"{path} {rows[-1][f'{path} tok/s']:,.0f}" for path in timed]
-                        progress(f"{' '.join(map(str, row_label.values()))}: {', '.join(rates)} tok/s")
+            paths = forward_paths(model, twin, compiled)
+            label = {"config": config_name, "dtype": dtype_name}
+            rows += measure_cases(
+                settings, label, model, twin, cases, paths, peaks[dtype_name][0], device, progress
+            )
         del model, twin
     described = dict(
         repeats=settings.repeats,
@@ -269,6 +232,60 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
         dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()
     }
     return write_report(_report(rows, attention, described_peaks, **described), settings.out)
+
+
+def encode_dtypes(dtypes: tuple[str, ...], device: str, progress) -> tuple[str, ...]:
+    """`auto`: fp32, and bf16 where the device has bf16 units; bf16 asked for without them says so."""
+    bf16_hardware = resolve_precision("auto", device).bf16_supported
+    if dtypes == ("auto",):
+        return ("fp32", "bf16") if bf16_hardware else ("fp32",)
+    if "bf16" in dtypes and not bf16_hardware:
+        progress(f"note: bf16 has no matrix units on this {device}; torch emulates it, far slower than fp32")
+    return dtypes
+
+
+def forward_paths(model, twin, compiled: bool) -> dict[str, Callable]:
+    """The timed paths: NeoBERT padded and unpadded, or beside ModernBERT eager beside eager and, where
+    compiled, compiled beside compiled."""
+    if twin is None:
+        return {"padded": _neobert_forward(model, "sdpa"), "unpadded": _neobert_forward(model, "unpadded")}
+    paths = {"neobert": _neobert_forward(model, "auto", False), "modernbert": _modernbert_forward(twin)}
+    if compiled:
+        paths |= {
+            "neobert compiled": _neobert_forward(model, "auto", True),
+            "modernbert compiled": _modernbert_forward(twin, compiled=True),
+        }
+    return paths
+
+
+def measure_cases(
+    settings: EncodeBench, label, model, twin, cases, paths, peak: float, device: str, progress
+):
+    """A row per case (with ModernBERT, per case and mode), after untimed warm-up batches."""
+    rows = []
+    compiled = "neobert compiled" in paths  # the compiled pair, timed where compiled
+    with torch.inference_mode():
+        # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
+        for warm_lengths in ([16, 8], [16, 16]):
+            warm_ids, warm_mask = make_batch(warm_lengths, model.config.vocab_size, device, 0)
+            for forward in paths.values():
+                forward(warm_ids, warm_mask)
+        for case in cases:
+            ids, mask = make_batch(case.lengths, model.config.vocab_size, device, seed=1)
+            seconds = time_paths(paths, ids, mask, settings.repeats, device)
+            case_label = {"config": label["config"], "case": case.name, "dtype": label["dtype"]}
+            if twin is None:
+                measured = [(case_label, seconds)]
+            else:  # a row per mode, each comparing the two models in it
+                measured = [
+                    (case_label | {"mode": mode}, {m: seconds[m + suffix] for m in ("neobert", "modernbert")})
+                    for mode, suffix in (("eager", ""), ("compiled", " compiled"))[: 1 + compiled]
+                ]  # fmt: skip
+            for row_label, timed in measured:
+                rows.append(_measured(row_label, case, model, twin, ids, mask, timed, peak))
+                rates = [f"{path} {rows[-1][f'{path} tok/s']:,.0f}" for path in timed]
+                progress(f"{' '.join(map(str, row_label.values()))}: {', '.join(rates)} tok/s")
+    return rows
 
 
 def compiled_pair(settings: EncodeBench, device: str, compiled: bool) -> str | None:
