@@ -195,7 +195,7 @@ def test_overriding_a_shared_field_is_refused(tmp_path):
 
 
 def test_an_arm_linked_in_from_another_bench_is_reused_or_replaced_never_trained_over(tmp_path):
-    from neoembed.bench.contrastive import recipe_identity, reuse_or_train
+    from neoembed.bench.comparison import recipe_identity, reuse_or_train
     from neoembed.bench.st_baseline import Trained
     from neoembed.contrastive import ContrastiveSettings
 

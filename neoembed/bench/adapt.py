@@ -23,9 +23,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from neoembed.bench.contrastive import LEMMA_TASK, recipe_identity, reuse_or_train
-from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
-from neoembed.bench.seeds import SeedAverages, difference_cell
+from neoembed.bench import st_baseline, tsdae_baseline
+from neoembed.bench.comparison import (
+    Arm,
+    Check,
+    Group,
+    SeedAverages,
+    above_zero,
+    difference_cell,
+    difference_note,
+    recipe_identity,
+    reuse_or_train,
+    train_and_score,
+)
+from neoembed.bench.contrastive import LEMMA_TASK
+from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
 from neoembed.contrastive import evaluated_texts
@@ -45,7 +57,6 @@ GAIN = 0.03  # the corpus's own held-out retrieval: mean relative gain over the 
 FORGET = 0.005  # WordNet: no seed more than this below the base
 MINUTES = 10.0  # the adaptation itself, pairs to export
 METHODS = {"adapt": "neoembed adapt", "st": "ST MNRL", "tsdae": "ST TSDAE"}
-# The paired differences reported: method minus other (None: the base model).
 COMPARISONS = (("adapt", None), ("st", None), ("tsdae", None), ("adapt", "st"), ("adapt", "tsdae"))
 
 
@@ -55,22 +66,6 @@ class Corpus:
     task: str  # its held-out retrieval task
     file: Path  # the documents, as a user hands them to `neoembed adapt`
     eval_texts: tuple[Path, ...] = ()  # evaluation texts the leakage guard keeps out of it
-
-
-@dataclass(frozen=True)
-class Arm:
-    corpus: str
-    method: str
-    seed: int
-    precision: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.corpus}-{self.method}-{self.precision}-seed{self.seed}"
-
-    @property
-    def label(self) -> str:
-        return f"{METHODS[self.method]} on {self.corpus}, {self.precision} seed {self.seed}"
 
 
 @dataclass(frozen=True)
@@ -143,93 +138,88 @@ def run_adaptation(settings) -> Adapted:
     )
 
 
-def train_arms(bench: AdaptBench, corpus: Corpus, precision: str, seed: int) -> dict[Arm, Trained]:
-    """One seed on `corpus`: the adaptation, then the baselines asked for: plain ST on its pairs for as many
-    steps, and TSDAE on its documents for as many minutes as its training took."""
+def train_arm(bench: AdaptBench, corpora: dict[str, Corpus], arm: Arm, runs: dict[Arm, Trained]) -> Trained:
+    """The adaptation, or a baseline of the adaptation trained before it on the same corpus, seed and
+    precision: plain ST on its pairs for as many steps, TSDAE on its documents for as many minutes as its
+    training took."""
     from neoembed.adapt import PAIRS
-    from neoembed.bench import st_baseline, tsdae_baseline
 
-    ours = Arm(corpus.name, "adapt", seed, precision)
-    run_dir = bench.out / ours.name
-    settings = adapt_settings(bench, corpus, ours, run_dir)
+    corpus, run_dir = corpora[arm.corpus], bench.out / arm.name
+    same = (arm.corpus, arm.precision, arm.seed)
+    ours = next((a for a in runs if a.method == "adapt" and (a.corpus, a.precision, a.seed) == same), arm)
+    settings = adapt_settings(bench, corpus, ours, bench.out / ours.name)
     adapt_identity = {
         "recipe": recipe_identity(settings.model_dump(mode="json")),
         "corpus": corpus.file.stat().st_size,
     }
-    adapted = reuse_or_train(run_dir, adapt_identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
-    runs: dict[Arm, Trained] = {ours: adapted}
-    max_length = settings.model.max_length
-
-    if "st" in bench.baselines:
-        plain = Arm(corpus.name, "st", seed, precision)
-        steps = Budget(adapted.steps, None, seed, precision)
-        st_dir = bench.out / plain.name
+    if arm.method == "adapt":
+        return reuse_or_train(run_dir, adapt_identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
+    adapted, max_length = runs[ours], settings.model.max_length
+    if arm.method == "st":
+        steps = Budget(adapted.steps, None, arm.seed, arm.precision)
         identity = {"base": bench.model, "pairs": adapt_identity, "budget": asdict(steps), "threads": bench.threads,
                     "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE]}  # fmt: skip
-        runs[plain] = reuse_or_train(
-            st_dir,
-            identity,
-            bench.fresh,
-            lambda: st_baseline.train(
-                bench.model, run_dir / PAIRS, st_dir, st_dir / "model", steps, max_length
-            ),
-        )
-
-    if "tsdae" in bench.baselines:
-        tsdae = Arm(corpus.name, "tsdae", seed, precision)
-        minutes = Budget(None, adapted.train_minutes, seed, precision)
-        tsdae_dir = bench.out / tsdae.name
-        identity = {"base": bench.model, "corpus": adapt_identity["corpus"], "budget": asdict(minutes), "threads": bench.threads,
-                    "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
-        runs[tsdae] = reuse_or_train(
-            tsdae_dir,
-            identity,
-            bench.fresh,
-            # The documents are read only when TSDAE trains: a reused run needs none.
-            lambda: tsdae_baseline.train(
-                bench.model,
-                settings.corpus.read(evaluated_texts(settings.eval.sets)).train,
-                tsdae_dir,
-                tsdae_dir / "model",
-                minutes,
-                max_length,
-            ),
-        )
-    return runs
+        pairs = bench.out / ours.name / PAIRS
+        return reuse_or_train(run_dir, identity, bench.fresh, lambda: st_baseline.train(
+            bench.model, pairs, run_dir, run_dir / "model", steps, max_length))  # fmt: skip
+    minutes = Budget(None, adapted.train_minutes, arm.seed, arm.precision)
+    identity = {"base": bench.model, "corpus": adapt_identity["corpus"], "budget": asdict(minutes), "threads": bench.threads,
+                "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
+    # The documents are read only when TSDAE trains: a reused run needs none.
+    return reuse_or_train(run_dir, identity, bench.fresh, lambda: tsdae_baseline.train(
+        bench.model, settings.corpus.read(evaluated_texts(settings.eval.sets)).train, run_dir, run_dir / "model",
+        minutes, max_length))  # fmt: skip
 
 
 def run(bench: AdaptBench) -> WrittenReport:
     import torch
 
     torch.set_num_threads(bench.threads)
-    corpora = [c for c in write_corpora(bench.out / "corpora", bench.packages) if c.name in bench.corpora]
-    runs: dict[Arm, Trained] = {}
-    for corpus in corpora:
-        for precision in bench.run_precisions():
-            for seed in range(bench.seeds):
-                runs |= train_arms(bench, corpus, precision, seed)
-
-    base_row = f"{Path(bench.model).name} (base)"
-    models = {
-        base_row: bench.model,
-        "BM25": "bm25",
-        **{arm.label: trained.export for arm, trained in runs.items()},
+    corpora = {
+        c.name: c for c in write_corpora(bench.out / "corpora", bench.packages) if c.name in bench.corpora
     }
-    seeded = SeedAverages.evaluate(models, COLUMNS, 256, bench.out / "mteb")
-    scores = seeded.scores
+    base_row = f"{Path(bench.model).name} (base)"
+    arms = [
+        Arm(
+            method,
+            precision,
+            seed,
+            f"{METHODS[method]} on {corpus}, {precision} seed {seed}",
+            base_row,
+            corpus,
+        )
+        for corpus in corpora
+        for precision in bench.run_precisions()
+        for seed in range(bench.seeds)
+        for method in ("adapt", *(name for name in ("st", "tsdae") if name in bench.baselines))
+    ]
+    fixed = {base_row: bench.model, "BM25": "bm25"}
+    runs, seeded = train_and_score(
+        arms, lambda arm, runs: train_arm(bench, corpora, arm, runs), fixed, COLUMNS, 256, bench.out
+    )
+    return write_report(report(bench, list(corpora.values()), runs, seeded, base_row), bench.out)
 
+
+def report(
+    bench: AdaptBench, corpora: list[Corpus], runs: dict[Arm, Trained], seeded: SeedAverages, base_row: str
+) -> Report:
+    """Per corpus and precision the base, BM25 and each method's seed means, their paired differences and the
+    targets; then every run."""
+    scores = seeded.scores
     summary, differences, verdicts = [], [], []
     for corpus in corpora:
         for precision in bench.run_precisions():
             arms = [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision]
-            group = Group(corpus, precision, arms, base_row)
+            group = Group({"corpus": corpus.name}, arms, base_row, METHODS, COMPARISONS, precision)
+            for label in (base_row, "BM25"):
+                figures = {column: scores[label].get(task) for task, column in COLUMNS.items()}
+                summary.append(Row({"corpus": corpus.name, "model": label}, figures))
             summary += group.summary_rows(seeded)
             differences += group.difference_rows(seeded)
-            verdicts += goal_checks(group, seeded, runs)
-    per_run = [run_row(label, scores, runs) for label in models]
+            verdicts += [check.line() for check in goal_checks(corpus, group, seeded, runs)]
+    per_run = [run_row(label, scores, None) for label in (base_row, "BM25")]
+    per_run += [run_row(arm.label, scores, trained) for arm, trained in runs.items()]
     # The baselines' settings as their modules define them (the runs' identities carry the same constants).
-    from neoembed.bench import st_baseline, tsdae_baseline
-
     baselines = {
         "st": f"{METHODS['st']}: MultipleNegativesRankingLoss with the library's trainer (lr {st_baseline.LEARNING_RATE:g}, "
         f"batch {st_baseline.BATCH_SIZE}) on the adaptation's own pairs for as many steps, no selection split or "
@@ -247,16 +237,16 @@ def run(bench: AdaptBench) -> WrittenReport:
     notes = (
         "; ".join(setup) + ". nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
     )
-    intervals = (
-        "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
-        "bootstrap over the queries; * where the interval excludes 0."
-    )
-    report = Report(
+    return Report(
         name="adapt",
         title="neoembed bench adapt",
         tables=[
             Table(summary, ["corpus", "model", *COLUMNS.values()], after=[notes]),
-            Table(differences, ["corpus", "comparison", *COLUMNS.values()], after=[intervals]),
+            Table(
+                differences,
+                ["corpus", "comparison", *COLUMNS.values()],
+                after=[difference_note("the queries")],
+            ),
             Table(per_run, ["model", *COLUMNS.values(), "steps", "train minutes", "adapt minutes"]),
         ],
         verdicts=verdicts,
@@ -269,11 +259,9 @@ def run(bench: AdaptBench) -> WrittenReport:
             "bench": bench,
         },  # fmt: skip
     )
-    return write_report(report, bench.out)
 
 
-def run_row(label: str, scores: dict, runs: dict[Arm, Trained]) -> Row:
-    trained = next((t for arm, t in runs.items() if arm.label == label), None)
+def run_row(label: str, scores: dict, trained: Trained | None) -> Row:
     figures = {column: scores[label].get(task) for task, column in COLUMNS.items()}
     if trained is not None:
         figures |= {"steps": trained.steps, "train minutes": round(trained.train_minutes, 1)}
@@ -282,84 +270,32 @@ def run_row(label: str, scores: dict, runs: dict[Arm, Trained]) -> Row:
     return Row({"model": label}, figures)
 
 
-@dataclass(frozen=True)
-class Group:
-    """The runs of one corpus in one precision: each method's seeds as one model."""
-
-    corpus: Corpus
-    precision: str
-    arms: list[Arm]
-    base_row: str
-
-    def methods(self) -> list[str]:
-        """The methods run, in the report's order."""
-        return [method for method in METHODS if any(arm.method == method for arm in self.arms)]
-
-    def labels(self, method: str | None) -> list[str]:
-        """The run labels of `method` (None: the base)."""
-        return [arm.label for arm in self.arms if arm.method == method] if method else [self.base_row]
-
-    def summary_rows(self, seeded: SeedAverages) -> list[Row]:
-        """The base and BM25, then each method's seed mean (change vs the base) [lowest, highest]."""
-        scores = {label: seeded.scores[label] for label in (self.base_row, "BM25")}
-        rows = [Row({"corpus": self.corpus.name, "model": label}, {c: row.get(t) for t, c in COLUMNS.items()})
-                for label, row in scores.items()]  # fmt: skip
-        for method in self.methods():
-            labels = self.labels(method)
-            model = f"{METHODS[method]} {self.precision} x {len(labels)}"
-            rows.append(
-                Row({"corpus": self.corpus.name, "model": model}, seeded.summary_cells(labels, self.base_row))
-            )
-        return rows
-
-    def difference_rows(self, seeded: SeedAverages) -> list[Row]:
-        run = set(self.methods())
-        return [
-            Row(
-                {
-                    "corpus": self.corpus.name,
-                    "comparison": f"{METHODS[method]} - {METHODS[other] if other else 'base'} ({self.precision})",
-                },
-                seeded.difference_cells(self.labels(method), self.labels(other)),
-            )
-            for method, other in COMPARISONS
-            if {method, other} - {None} <= run
-        ]
-
-
-def goal_checks(group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) -> list[str]:
-    """The targets for one corpus and precision, each a sentence ending met, NOT met or not measured."""
+def goal_checks(corpus: Corpus, group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) -> list[Check]:
+    """The targets for one corpus in one precision."""
     adapted = [arm for arm in group.arms if arm.method == "adapt"]
-    corpus, scores, base = group.corpus, seeded.scores, seeded.scores[group.base_row]
+    scores, base = seeded.scores, seeded.scores[group.base_row]
     where = f"{corpus.name} ({group.precision})"
-
-    def above_zero(difference) -> bool:
-        return difference is not None and difference.low is not None and difference.low > 0
-
     gains = [scores[arm.label][corpus.task] / base[corpus.task] - 1 for arm in adapted]
     mean_gain = sum(gains) / len(gains)
     versus_base = seeded.compare(group.labels("adapt"), group.labels(None)).get(corpus.task)
-    ahead = f"{where}: ahead of ST TSDAE, interval above 0: "
-    if "tsdae" in group.methods():
-        versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
-        ahead += f"{difference_cell(versus_tsdae)} points: {met_text(above_zero(versus_tsdae))}"
-    else:
-        ahead += "not measured (--baselines left TSDAE out)"
-    lines = [
-        f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0: mean {mean_gain:+.2%}, "
-        f"{difference_cell(versus_base)} points: {met_text(mean_gain >= GAIN and above_zero(versus_base))}",
-        ahead,
+    checks = [
+        Check(
+            f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0",
+            mean_gain >= GAIN and above_zero(versus_base),
+            f"mean {mean_gain:+.2%}, {difference_cell(versus_base)} points",
+        )
     ]
+    ahead = f"{where}: ahead of ST TSDAE, interval above 0"
+    if "tsdae" in group.run_methods():
+        versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
+        checks.append(Check(ahead, above_zero(versus_tsdae), f"{difference_cell(versus_tsdae)} points"))
+    else:
+        checks.append(Check(ahead, None, "not measured (--baselines left TSDAE out)"))
     for task in FORGETTING:
         worst = min(scores[arm.label][task] / base[task] - 1 for arm in adapted)
-        lines.append(
-            f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed: worst {worst:+.2%}: "
-            f"{met_text(worst >= -FORGET)}"
-        )
+        target = f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed"
+        checks.append(Check(target, worst >= -FORGET, f"worst {worst:+.2%}"))
     longest = max(runs[arm].minutes for arm in adapted)
-    documents = runs[adapted[0]].documents
-    lines.append(
-        f"{where}: adaptation under {MINUTES:g} minutes on {documents:,} documents: longest {longest:.1f} "
-        f"minutes (pairs, training, selection, export): {met_text(longest < MINUTES)}"
-    )
-    return lines
+    target = f"{where}: adaptation under {MINUTES:g} minutes on {runs[adapted[0]].documents:,} documents"
+    figures = f"longest {longest:.1f} minutes (pairs, training, selection, export)"
+    return [*checks, Check(target, longest < MINUTES, figures)]

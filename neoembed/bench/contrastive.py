@@ -20,24 +20,34 @@ With `--neobert DIR` a pretrained NeoBERT goes through the same neoembed recipe 
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import torch
 
 from neoembed.bench import st_baseline
-from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
-from neoembed.bench.seeds import AVERAGE, Scores, SeedAverages
+from neoembed.bench.comparison import (
+    AVERAGE,
+    EPSILON,
+    Arm,
+    Check,
+    Group,
+    Scores,
+    SeedAverages,
+    difference_note,
+    recipe_identity,
+    relative,
+    reuse_or_train,
+    train_and_score,
+)
+from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.bench.st_baseline import Trained
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
 from neoembed.recipes import field_path, load_recipe
-from neoembed.run_files import METRICS_FILE, read_jsonl, write_json
+from neoembed.run_files import METRICS_FILE, read_jsonl
 
 EXAMPLE_TASK = "WordNetExampleDefinitionRetrieval"
 LEMMA_TASK = "WordNetDefinitionRetrieval"
@@ -52,50 +62,17 @@ COLUMNS = {
 # The targets the neoembed recipe is held to (see `goal_checks`), as relative gains over the base model.
 FOLDOC_GAIN = 0.01  # mean over runs on the cross-source set (and no run below the base)
 EXAMPLE_GAIN = 0.08  # mean over runs on WordNet example -> definition
-# A score exactly at a bound meets it despite float rounding.
-EPSILON = 1e-9
-METHODS = {"neoembed": "neoembed", "st": "ST MNRL"}  # method -> its label in the tables
-T = TypeVar("T", bound=Trained)  # what a reused run recorded
-# The paired differences reported per group: method minus other (None: the base model).
+METHODS = {
+    "neoembed": "neoembed",
+    "st": "ST MNRL",
+    "neobert": "NeoBERT neoembed",
+}  # method -> its name in tables
 COMPARISONS = (("neoembed", None), ("st", None), ("neoembed", "st"))
 
 
 def _field(select: Callable[[ContrastiveSettings], object]) -> str:
     """A contrastive recipe field's dotted path (`recipes.field_path`)."""
     return field_path(ContrastiveSettings, select)
-
-
-@dataclass(frozen=True)
-class Check:
-    target: str
-    met: bool
-    figures: str
-
-    def line(self) -> str:
-        return f"{self.target}: {self.figures}: {met_text(self.met)}"
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One training run of the grid: a method (neoembed's recipe, the sentence-transformers baseline, or the
-    recipe on a NeoBERT) in one precision with one seed."""
-
-    method: str
-    precision: str
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.method}-{self.precision}-seed{self.seed}"
-
-    def label(self, base_name: str) -> str:
-        model = "NeoBERT" if self.method == "neobert" else base_name
-        method = METHODS.get(self.method, "neoembed")
-        return f"{model} {method} {self.precision} seed {self.seed}"
-
-
-def relative(score: float | None, reference: float | None) -> float | None:
-    return score / reference - 1 if score is not None and reference else None
 
 
 def goal_checks(scores: Scores, base: str, runs: list[str], versus_st) -> list[Check]:
@@ -160,28 +137,6 @@ def data_identity(data: Path) -> str:
     return hashlib.sha256(stats.read_bytes()).hexdigest()[:16]
 
 
-def reuse_or_train(
-    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], T], kind: type[T] = Trained
-) -> T:
-    """The result (a `kind`) recorded by a finished run in `run_dir` with the same `identity`, else train
-    afresh (a resumed run would get a second time budget). `run_dir` may be a link to a run of another bench
-    directory (reused from there; replaced by a fresh run of its own, never trained over)."""
-    marker = run_dir / "bench-run.json"
-    identity = json.loads(json.dumps(identity))  # as it reads back from the marker
-    if not fresh and marker.is_file():
-        recorded = json.loads(marker.read_text())
-        if "recipe" in recorded["identity"]:  # markers written before 2026-11-26 also held the arm's location
-            recorded["identity"]["recipe"] = recipe_identity(recorded["identity"]["recipe"])
-        if recorded["identity"] == identity:
-            return replace(kind(**recorded["result"]), reused=True)
-    if run_dir.is_symlink():
-        run_dir.unlink()
-    shutil.rmtree(run_dir, ignore_errors=True)
-    result = train()
-    write_json(marker, {"identity": identity, "result": asdict(result)})
-    return result
-
-
 def refuse_overrides(overrides: dict, fixed, why: str) -> None:
     """A `--set` of a field the bench sets itself is an error naming the fields and `why`."""
     clash = sorted(set(overrides) & set(fixed))
@@ -217,18 +172,6 @@ def neoembed_settings(
     return load_recipe(recipe, ContrastiveSettings, {**overrides, **shared})
 
 
-def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
-    """What a neoembed arm trains (its recipe, dumped), not where it is written or its corpus file lies (the
-    caller identifies the corpus by content): a bench directory renamed, or an arm linked in from another
-    one, is reused."""
-    train = {k: v for k, v in recipe["train"].items() if k != "output_dir"}
-    export = {k: v for k, v in recipe["export"].items() if k != "path"}
-    located = {"train": train, "export": export}
-    if "corpus" in recipe:  # an adapt recipe
-        located["corpus"] = {k: v for k, v in recipe["corpus"].items() if k not in ("path", "eval_texts")}
-    return {**recipe, **located}
-
-
 def train_neoembed(settings: ContrastiveSettings) -> Trained:
     from neoembed.contrastive import run_contrastive
     from neoembed.training import logged_runtime
@@ -238,94 +181,113 @@ def train_neoembed(settings: ContrastiveSettings) -> Trained:
     return Trained(result.steps, seconds / 60, result.export, result.eval_before, result.eval_after)
 
 
+@dataclass(frozen=True)
+class Trial:
+    """What every arm of one `bench contrastive` shares: the recipe, its overrides, the data, the budget."""
+
+    bench: ContrastiveBench
+    recipe: Path
+    overrides: dict
+    data: Path
+    data_id: str  # the build's content (`data_identity`)
+    steps: int | None  # None: a time budget
+    max_length: int  # the recipe's training length, the baseline's too
+
+    def arm(self, method: str, precision: str, seed: int) -> Arm:
+        name = Path(self.bench.model).name
+        neobert = method == "neobert"
+        label = f"{'' if neobert else name + ' '}{METHODS[method]} {precision} seed {seed}"
+        return Arm(method, precision, seed, label, "NeoBERT (base)" if neobert else f"{name} (base)")
+
+    def train(self, arm: Arm) -> Trained:
+        bench, run_dir = self.bench, self.bench.out / arm.name
+        budget = st_baseline.Budget(self.steps, bench.minutes, arm.seed, arm.precision)
+        if arm.method == "st":
+            identity = {"base": bench.model, "data": self.data_id, "budget": asdict(budget),
+                        "threads": bench.threads, "max_length": self.max_length,
+                        "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE, st_baseline.WARMUP]}  # fmt: skip
+            export = run_dir / f"{arm.name}-model"
+            return reuse_or_train(run_dir, identity, bench.fresh, lambda: st_baseline.train(
+                bench.model, self.data, run_dir, export, budget, self.max_length))  # fmt: skip
+        model = bench.neobert if arm.method == "neobert" else bench.model
+        settings = neoembed_settings(
+            self.recipe, model, self.data, run_dir, budget, bench.threads, self.overrides
+        )
+        identity = {"recipe": recipe_identity(settings.model_dump(mode="json")), "data": self.data_id}
+        return reuse_or_train(run_dir, identity, bench.fresh, lambda: train_neoembed(settings))
+
+
 def run(bench: ContrastiveBench) -> WrittenReport:
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import parse_overrides
 
     recipe = resolve_recipe(bench.recipe)
     overrides = parse_overrides([f"--{item}" for item in bench.overrides])
-    threads, base, out_dir, fresh = bench.threads, bench.model, bench.out, bench.fresh
-    torch.set_num_threads(threads)
-    data = bench.data or default_build(out_dir / "data", bench.rows)
-    data_id = data_identity(data)
+    torch.set_num_threads(bench.threads)
+    data = bench.data or default_build(bench.out / "data", bench.rows)
     # The recipe's own steps unless told otherwise ("as shipped"), and its training length; the baseline
     # gets the same.
-    recipe_settings = load_recipe(
+    shipped = load_recipe(
         recipe, ContrastiveSettings, {**overrides, _field(lambda r: r.data.path): str(data)}
     )
-    steps = None if bench.minutes else bench.steps or recipe_settings.train.max_steps
-    max_length = recipe_settings.model.max_length
-    precisions = bench.run_precisions()
+    steps = None if bench.minutes else bench.steps or shipped.train.max_steps
+    trial = Trial(bench, recipe, overrides, data, data_identity(data), steps, shipped.model.max_length)
     methods = ["neoembed", "st"] + (["neobert"] if bench.neobert else [])
-    arms = [Arm(m, p, seed) for p in precisions for seed in range(bench.seeds) for m in methods]
-
-    def train(arm: Arm) -> Trained:
-        budget = st_baseline.Budget(steps, bench.minutes, arm.seed, arm.precision)
-        run_dir = out_dir / arm.name
-        if arm.method == "st":
-            identity = {"base": base, "data": data_id, "budget": asdict(budget), "threads": threads,
-                        "max_length": max_length,
-                        "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE, st_baseline.WARMUP]}  # fmt: skip
-            export = run_dir / f"{arm.name}-model"
-            return reuse_or_train(
-                run_dir,
-                identity,
-                fresh,
-                lambda: st_baseline.train(base, data, run_dir, export, budget, max_length),
-            )
-        model = bench.neobert if arm.method == "neobert" else base
-        settings = neoembed_settings(recipe, model, data, run_dir, budget, threads, overrides)
-        identity = {"recipe": recipe_identity(settings.model_dump(mode="json")), "data": data_id}
-        return reuse_or_train(run_dir, identity, fresh, lambda: train_neoembed(settings))
-
-    runs = {arm.name: train(arm) for arm in arms}
-
-    name = Path(base).name
-    base_row = f"{name} (base)"
-    # Row label -> (model to load, the row of the base it was fine-tuned from, its run).
-    models = {"BM25": ("bm25", None, None), base_row: (base, None, None)}
-    if bench.neobert:
-        models["NeoBERT (base)"] = (bench.neobert, None, None)
-    for arm in arms:
-        from_base = "NeoBERT (base)" if arm.method == "neobert" else base_row
-        models[arm.label(name)] = (runs[arm.name].export, from_base, arm.name)
-    # The base model first: the harness's paired differences are against the first model.
-    loaded = {base_row: base, **{label: model for label, (model, _, _) in models.items()}}
-    seeded = SeedAverages.evaluate(loaded, COLUMNS, 128, out_dir / "mteb")
-    scores = seeded.scores
-
-    groups = {p: [a for a in arms if a.precision == p] for p in precisions}
-    if len(precisions) > 1:
-        groups["all"] = arms
-    ours = [arm.label(name) for arm in arms if arm.method == "neoembed"]
-    last = groups[list(groups)[-1]]  # all runs, or the one precision
-    versus_st = seeded.compare(*sides(last, "neoembed", "st", name, base_row)).get(AVERAGE)
-    checks = goal_checks(scores, base_row, ours, versus_st)
-    per_run = [
-        table_row(label, scores, reference, runs.get(run)) for label, (_, reference, run) in models.items()
+    arms = [
+        trial.arm(m, p, seed) for p in bench.run_precisions() for seed in range(bench.seeds) for m in methods
     ]
+    base_row = f"{Path(bench.model).name} (base)"
+    fixed = {
+        base_row: bench.model,
+        "BM25": "bm25",
+        **({"NeoBERT (base)": bench.neobert} if bench.neobert else {}),
+    }
+    runs, seeded = train_and_score(arms, lambda arm, _: trial.train(arm), fixed, COLUMNS, 128, bench.out)
+    return write_report(report(trial, runs, seeded, base_row), bench.out)
+
+
+def report(trial: Trial, runs: dict[Arm, Trained], seeded: SeedAverages, base_row: str) -> Report:
+    """Seed means per precision (and over all of them), their paired differences, every run, the targets."""
+    bench, scores, precisions = trial.bench, seeded.scores, trial.bench.run_precisions()
+    groups = {p: [arm for arm in runs if arm.precision == p] for p in precisions}
+    if len(precisions) > 1:
+        groups["all"] = list(runs)
     summary, differences = [], []
-    for group, members in groups.items():
-        summary += summary_rows(seeded, group, members, name, base_row)
-        differences += difference_rows(seeded, group, members, name, base_row)
-    budget_text = f"{steps} steps" if steps else f"{bench.minutes:g} minutes of steps"
+    for name, arms in groups.items():
+        group = Group({"group": name}, arms, base_row, METHODS, COMPARISONS)
+        summary += [
+            Row(
+                {"group": name, "model": base_row},
+                {c: f"{scores[base_row][t]:.4f}" for t, c in COLUMNS.items()},
+            )
+        ]
+        summary += group.summary_rows(seeded)
+        differences += group.difference_rows(seeded)
+    versus_st = seeded.compare(group.labels("neoembed"), group.labels("st")).get(
+        AVERAGE
+    )  # the last group: every run
+    ours = [arm.label for arm in runs if arm.method == "neoembed"]
+    checks = goal_checks(scores, base_row, ours, versus_st)
+    fixed = ["BM25", base_row, *(["NeoBERT (base)"] if bench.neobert else [])]
+    per_run = [table_row(label, scores, None, None) for label in fixed]
+    per_run += [table_row(arm.label, scores, arm.from_base, trained) for arm, trained in runs.items()]
+    budget = f"{trial.steps} steps" if trial.steps else f"{bench.minutes:g} minutes of steps"
+    lr = f"{st_baseline.LEARNING_RATE:.0e}".replace("e-0", "e-")  # 5e-5, as the committed tables write it
     notes = (
-        f"Each model trained for {budget_text} on {threads} CPU thread(s) on {data}, seeds 0..{bench.seeds - 1} in "
-        f"{', '.join(precisions)}; neoembed: {recipe.stem}; ST MNRL: sentence-transformers' trainer and "
-        "MultipleNegativesRankingLoss, lr 5e-5, batch 64, 10% warmup, (query, positive) pairs only, same seed, "
-        f"steps, precision and training length ({max_length} tokens). Scores: mean over the runs (relative change "
-        "vs the base) [lowest, highest run]."
+        f"Each model trained for {budget} on {bench.threads} CPU thread(s) on {trial.data}, seeds "
+        f"0..{bench.seeds - 1} in {', '.join(precisions)}; neoembed: {trial.recipe.stem}; ST MNRL: "
+        f"sentence-transformers' trainer and MultipleNegativesRankingLoss, lr {lr}, batch "
+        f"{st_baseline.BATCH_SIZE}, {st_baseline.WARMUP:.0%} warmup, (query, positive) pairs only, same seed, "
+        f"steps, precision and training length ({trial.max_length} tokens). Scores: mean over the runs "
+        "(relative change vs the base) [lowest, highest run]."
     )
-    difference_notes = (
-        "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
-        "bootstrap over each task's queries (all tasks' queries for the mean); * where the interval excludes 0."
-    )
-    report = Report(
+    per_query = difference_note("each task's queries (all tasks' queries for the mean)")
+    return Report(
         name="contrastive",
         title="neoembed bench contrastive",
         tables=[
             Table(summary, ["group", "model", *COLUMNS.values()], after=[notes]),
-            Table(differences, ["group", "comparison", *COLUMNS.values(), "mean"], after=[difference_notes]),
+            Table(differences, ["group", "comparison", *COLUMNS.values(), "mean"], after=[per_query]),
             Table(
                 per_run,
                 ["model", *COLUMNS.values(), "steps", "train minutes"],
@@ -339,53 +301,17 @@ def run(bench: ContrastiveBench) -> WrittenReport:
             "differences": differences,
             "scores": scores,
             "checks": checks,
-            "runs": runs,
-            "data": str(data),
-            "recipe": str(recipe),
-            "overrides": overrides,
-            "steps": steps,
+            "runs": {arm.name: trained for arm, trained in runs.items()},
+            "data": str(trial.data),
+            "recipe": str(trial.recipe),
+            "overrides": trial.overrides,
+            "steps": trial.steps,
             "minutes": bench.minutes,
             "seeds": bench.seeds,
             "precisions": list(precisions),
-            "threads": threads,
-        },
+            "threads": bench.threads,
+        },  # fmt: skip
     )
-    return write_report(report, out_dir)
-
-
-def labels_of(members: list[Arm], method: str, base_name: str) -> list[str]:
-    return [arm.label(base_name) for arm in members if arm.method == method]
-
-
-def summary_rows(
-    seeded: SeedAverages, group: str, members: list[Arm], base_name: str, base_row: str
-) -> list[Row]:
-    """The base, then each method's runs in the group as one model (NeoBERT's without a change: its base is
-    another model)."""
-    base = {column: f"{seeded.scores[base_row][task]:.4f}" for task, column in COLUMNS.items()}
-    rows = [Row({"group": group, "model": base_row}, base)]
-    for method in dict.fromkeys(arm.method for arm in members):
-        labels = labels_of(members, method, base_name)
-        model = f"{METHODS.get(method, 'NeoBERT neoembed')} x {len(labels)}"
-        reference = None if method == "neobert" else base_row
-        rows.append(Row({"group": group, "model": model}, seeded.summary_cells(labels, reference)))
-    return rows
-
-
-def sides(members: list[Arm], method: str, other: str | None, base_name: str, base_row: str):
-    """The run labels of `method` and of `other` (None: the base) in a group."""
-    theirs = labels_of(members, other, base_name) if other else [base_row]
-    return labels_of(members, method, base_name), theirs
-
-
-def difference_rows(seeded: SeedAverages, group: str, members: list[Arm], base_name: str, base_row: str):
-    return [
-        Row(
-            {"group": group, "comparison": f"{METHODS[method]} - {METHODS[other] if other else 'base'}"},
-            seeded.difference_cells(*sides(members, method, other, base_name, base_row)),
-        )
-        for method, other in COMPARISONS
-    ]
 
 
 def table_row(label: str, scores: Scores, from_base: str | None, trained: Trained | None) -> Row:
