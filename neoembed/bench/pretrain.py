@@ -155,8 +155,9 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
     if bench.compile:
         model.compile_layers()
     corpus = skewed_corpus(num_docs=4000, max_length=max_length, seed=0)
-    common = dict(max_length=max_length, batch_size=max(1, budget.tokens // max_length), seed=0, mask_rate=0.2,
-                  num_items=bench.warmup_steps + bench.steps, mask_mode="mask", tokenizer=load_tokenizer())  # fmt: skip
+    common = dict(max_length=max_length, batch_size=max(1, budget.tokens // max_length), seed=0,
+                  num_items=bench.warmup_steps + bench.steps, mask_rate=0.2, mask_mode="mask",
+                  tokenizer=load_tokenizer())  # fmt: skip
     padded, packed = MLMBatches(corpus, packed=False, **common), MLMBatches(corpus, packed=True, **common)
     trial = Trial(
         bench,
