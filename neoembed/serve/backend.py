@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 
@@ -150,7 +151,7 @@ class InferenceProcess:
             self.last_beat = time.monotonic()
         return bool(data)
 
-    def _receive(self) -> tuple[str, object]:
+    def _receive(self) -> tuple[str, Any]:
         try:
             return self._conn.recv()
         except (EOFError, OSError) as err:  # closed, or reset by the process's death

@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -265,7 +266,7 @@ class Batcher:
             job.rows[item.position] = vector
             job.remaining -= 1
             if job.remaining == 0:
-                job.settle(np.stack(job.rows))
+                job.settle(np.stack(cast(list[np.ndarray], job.rows)))  # every row is set: none remaining
 
     @staticmethod
     def _settle_all(items: list[_Item], err: BaseException) -> None:

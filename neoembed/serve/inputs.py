@@ -21,7 +21,10 @@ class Inputs:
     token_ids: list[list[int]] | None = None
 
     def __len__(self) -> int:
-        return len(self.texts if self.texts is not None else self.token_ids)
+        if self.texts is not None:
+            return len(self.texts)
+        assert self.token_ids is not None  # one of the two is set
+        return len(self.token_ids)
 
 
 def _kind(value: Any) -> str:

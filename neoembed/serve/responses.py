@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,10 @@ def openai_body(
     data = ",".join(
         f'{{"object":"embedding","index":{i},"embedding":{embedding}}}' for i, embedding in enumerate(encoded)
     )
-    tail = {"model": model, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+    tail: dict[str, Any] = {
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
     if truncated:  # not part of OpenAI's schema; clients ignore unknown fields
         tail["truncated_inputs"] = truncated
     return f'{{"object":"list","data":[{data}],{json.dumps(tail)[1:]}'.encode()

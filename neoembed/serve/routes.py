@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from neoembed.serve.errors import APIError, InvalidInput
 from neoembed.serve.inputs import Inputs, parse_openai_input, parse_texts
@@ -38,7 +39,7 @@ router = APIRouter()
 def route_paths() -> frozenset[str]:
     """Every path the router serves, read from the router itself: the labels request metrics are filed
     under (any other path counts as "other"), so a new route is counted under its own name."""
-    return frozenset(route.path for route in router.routes)
+    return frozenset(route.path for route in router.routes if isinstance(route, Route))
 
 
 def server_state(request: Request) -> ServerState:
@@ -126,7 +127,7 @@ async def search(request: SearchRequest, http: Request, state: State) -> JSONRes
 @cache
 def search_page() -> str:
     """The static search page (package data): a query box calling /search, and /info's model and index."""
-    return resources.files(__package__).joinpath("page", "search.html").read_text(encoding="utf-8")
+    return (resources.files(__package__) / "page" / "search.html").read_text(encoding="utf-8")
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -126,8 +126,9 @@ def uvicorn_config(app, settings: ServeSettings, log_level: str) -> uvicorn.Conf
         app,
         log_level=log_level,
         http=with_header_timeout(settings.header_timeout),
-        timeout_keep_alive=settings.keep_alive_timeout,
-        timeout_graceful_shutdown=ShutdownSchedule(settings.shutdown_timeout).cancel_s,
+        # uvicorn annotates these as int, and uses them as seconds of any kind (asyncio timeouts)
+        timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=ShutdownSchedule(settings.shutdown_timeout).cancel_s,  # type: ignore[arg-type]
     )
 
 

@@ -200,6 +200,7 @@ class ServerState:
         """The app's end, after uvicorn's drain: finish what is still queued while the shutdown's schedule
         allows, then stop the process and release the index; bounded by --shutdown-timeout in all."""
         self.begin_shutdown()
+        assert self.shutdown_deadline is not None  # set by begin_shutdown
         left = ShutdownSchedule(self.settings.shutdown_timeout).drain_s - self._since_shutdown()
         if not self.batcher.close(timeout=max(left, 0.0)):
             self.abort()
@@ -208,6 +209,7 @@ class ServerState:
             self.index.close()
 
     def _since_shutdown(self) -> float:
+        assert self.shutdown_deadline is not None  # called after begin_shutdown
         return time.monotonic() - (self.shutdown_deadline - self.settings.shutdown_timeout)
 
 
@@ -235,11 +237,10 @@ def build_state(settings: ServeSettings) -> ServerState:
             warm = WarmUp(batches=warm_up_batches(model, budget))
             if not model.compiled:  # a moment's work: done before the port is bound
                 backend.warm_up(warm)
-        index = (
-            ServedIndex(Path(settings.index), model.fingerprint, threads=settings.threads)
-            if settings.index
-            else None
-        )
+        index = None
+        if settings.index:
+            assert model.fingerprint is not None  # asked of the process whenever an index is served
+            index = ServedIndex(Path(settings.index), model.fingerprint, threads=settings.threads)
     except BaseException:
         backend.close(timeout=settings.shutdown_timeout)
         raise

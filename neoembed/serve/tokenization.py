@@ -74,6 +74,7 @@ class RequestTokenizer:
             self._check_ids(inputs.token_ids, field)
             ids = inputs.token_ids
         else:
+            assert inputs.texts is not None  # texts or token ids, one of the two
             texts = [self._prompt + text for text in self._within_chars(inputs.texts, truncate, field)]
             ids = [encoding.ids for encoding in self._tokenizer.encode_batch(texts)]
         over = [i for i, sequence in enumerate(ids) if len(sequence) > self.max_length]

@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ HEARTBEAT_SECONDS = 0.5  # how often this process tells the HTTP process it is a
 class ModelInfo:
     """What the HTTP process needs to know about the loaded model (sent once, after loading)."""
 
-    tokenizer: object  # the model's transformers tokenizer, as sentence-transformers configured it
+    tokenizer: Any  # the model's transformers tokenizer, as sentence-transformers configured it
     max_length: int  # the longest input, in tokens, that the model takes
     dimension: int
     device: str
@@ -110,14 +111,14 @@ class ModelRunner:
         with torch.inference_mode():
             device = self.model.device
             ids = torch.from_numpy(flat_ids).to(device=device, dtype=torch.long)
-            lengths = torch.from_numpy(lengths).to(device=device, dtype=torch.long)
-            positions = torch.arange(int(lengths.max()), device=device)
+            sizes = torch.from_numpy(lengths).to(device=device, dtype=torch.long)
+            positions = torch.arange(int(sizes.max()), device=device)
             if self._left_padded:
-                mask = positions >= (lengths.max() - lengths)[:, None]
+                mask = positions >= (sizes.max() - sizes)[:, None]
             else:
-                mask = positions < lengths[:, None]  # (batch, longest): True at real tokens
+                mask = positions < sizes[:, None]  # (batch, longest): True at real tokens
             if self._packed:
-                cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+                cu_seqlens = torch.nn.functional.pad(sizes.cumsum(0), (1, 0)).to(torch.int32)
                 states = self._encoder(
                     input_ids=ids, cu_seqlens=cu_seqlens, max_seqlen=mask.shape[1], return_dict=True
                 ).last_hidden_state
