@@ -60,10 +60,6 @@ CommaSeparated = Annotated[
 ]
 
 
-def comma_separated(sequence_type: Any) -> Any:  # the old spelling, until bench/settings.py moves over
-    return CommaSeparated[sequence_type]
-
-
 class StrictSettings(BaseModel):
     """Base for every command's settings: unknown fields are errors, values are type-checked, and a field's
     docstring is its description (the help of the CLI option bound to it)."""

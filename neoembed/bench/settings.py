@@ -12,7 +12,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from neoembed.compilation import InferenceCompile
-from neoembed.recipes import StrictSettings, comma_separated
+from neoembed.recipes import CommaSeparated, StrictSettings
 
 
 def _available(device: str) -> str:
@@ -46,7 +46,7 @@ def _distinct(backends: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # bench encode/serve --backends
-InferenceBackends = Annotated[comma_separated(tuple[InferenceBackend, ...]), AfterValidator(_distinct)]
+InferenceBackends = Annotated[CommaSeparated[tuple[InferenceBackend, ...]], AfterValidator(_distinct)]
 
 
 def auto_training_precision() -> str:
@@ -62,14 +62,14 @@ class BenchSettings(StrictSettings):
 
 
 class EncodeBench(BenchSettings):
-    configs: comma_separated(tuple[Literal["tiny", "full"], ...]) = ("tiny", "full")
+    configs: CommaSeparated[tuple[Literal["tiny", "full"], ...]] = ("tiny", "full")
     """NeoBERT sizes: tiny (2x64) and/or full (28x768, 250M)."""
-    dtypes: comma_separated(tuple[Literal["auto", "fp32", "bf16"], ...]) = ("auto",)
+    dtypes: CommaSeparated[tuple[Literal["auto", "fp32", "bf16"], ...]] = ("auto",)
     """fp32 and/or bf16 weights (norms and RoPE stay fp32); auto: fp32, plus bf16 where it has hardware (CUDA,
     or a CPU with AVX512-BF16/AMX)."""
-    lengths: comma_separated(tuple[Annotated[int, Field(ge=1)], ...]) = ()
+    lengths: CommaSeparated[tuple[Annotated[int, Field(ge=1)], ...]] = ()
     """Fixed sequence lengths (default 128,512,1024; with --compare 512,1024,2048,4096)."""
-    mixed: comma_separated(tuple[int, int]) = (16, 512)
+    mixed: CommaSeparated[tuple[int, int]] = (16, 512)
     """MIN,MAX token lengths of the mixed-length batch."""
     compare: Literal["modernbert"] | None = None
     """modernbert: also time transformers' ModernBERT-base (random weights) on the same batches."""
@@ -150,7 +150,7 @@ class BuildDataBench(BenchSettings):
     """Assumed H100 flat-search GFLOP/s, for the projection."""
     mining_rows: int = Field(0, ge=0)
     """WordNet rows to mine end to end (0 skips)."""
-    dtypes: comma_separated(tuple[Literal["float32", "bfloat16"], ...]) = ("float32", "bfloat16")
+    dtypes: CommaSeparated[tuple[Literal["float32", "bfloat16"], ...]] = ("float32", "bfloat16")
     """Teacher dtypes to compare for mining."""
     threads: int = Field(2, ge=1)
     """torch and faiss threads."""
@@ -176,7 +176,7 @@ class MtebBench(BenchSettings):
 
 
 class ServeBench(BenchSettings):
-    models: comma_separated(tuple[str, ...]) = Field(("minilm", "neobert"), min_length=1)
+    models: CommaSeparated[tuple[str, ...]] = Field(("minilm", "neobert"), min_length=1)
     """Embedders to serve and to call directly; 'neobert' is a quickstart-size NeoBERT export."""
     texts: int = Field(4096, ge=16)
     """WordNet glosses to embed per round."""
@@ -190,7 +190,7 @@ class ServeBench(BenchSettings):
     """Rounds per side, alternated; the best is kept."""
     threads: int = Field(2, ge=1)
     """torch CPU threads, in the server and for direct encode."""
-    direct_batch_sizes: comma_separated(tuple[Annotated[int, Field(ge=1)], ...]) = Field(
+    direct_batch_sizes: CommaSeparated[tuple[Annotated[int, Field(ge=1)], ...]] = Field(
         (32, 64, 128, 256, 512, 1024), min_length=1
     )
     """encode batch sizes to time; the fastest is the ratios' baseline."""
@@ -247,7 +247,7 @@ class ContrastiveBench(BenchSettings):
     effects)."""
     seeds: int = Field(3, ge=1)
     """Runs per model and precision, seeds 0..N-1: a result is their mean, with its spread."""
-    precisions: comma_separated(tuple[Literal["fp32", "bf16"], ...]) = ()
+    precisions: CommaSeparated[tuple[Literal["fp32", "bf16"], ...]] = ()
     """train.precision of the runs (default: fp32, and bf16 where the CPU has bf16 units)."""
     threads: int = Field(1, ge=1)
     """torch CPU threads, for every model (1 on a shared machine)."""
@@ -295,7 +295,7 @@ ScaleJob = Literal["build-data", "pretrain", "contrastive"]
 
 
 class ScaleBench(BenchSettings):
-    jobs: comma_separated(tuple[ScaleJob, ...]) = get_args(ScaleJob)
+    jobs: CommaSeparated[tuple[ScaleJob, ...]] = get_args(ScaleJob)
     """Jobs timed on 1 rank and on `ranks` ranks (torchrun, gloo, one thread each)."""
     ranks: int = Field(2, ge=2)
     """Ranks of the parallel run (each takes one thread: give at most as many as the machine has cores)."""
@@ -314,16 +314,16 @@ class AdaptBench(BenchSettings):
     """KEY=VALUE override of the recipe (e.g. optim.lr=5e-5); repeatable."""
     model: str = "minilm"
     """The base model both methods adapt."""
-    corpora: comma_separated(tuple[Literal["foldoc", "packages"], ...]) = ("foldoc", "packages")
+    corpora: CommaSeparated[tuple[Literal["foldoc", "packages"], ...]] = ("foldoc", "packages")
     """The corpora adapted on: FOLDOC's definitions, Debian package descriptions."""
     packages: int = Field(10_000, ge=100)
     """Package descriptions in the second corpus."""
-    baselines: comma_separated(tuple[Literal["st", "tsdae"], ...]) = ("st", "tsdae")
+    baselines: CommaSeparated[tuple[Literal["st", "tsdae"], ...]] = ("st", "tsdae")
     """The sentence-transformers runs beside each adaptation: st (MNRL on its pairs for as many steps), tsdae
     (TSDAE on its documents for as many minutes); leave one out to save its training time."""
     seeds: int = Field(3, ge=1)
     """Runs per method, corpus and precision, seeds 0..N-1: a result is their mean, with its spread."""
-    precisions: comma_separated(tuple[Literal["fp32", "bf16"], ...]) = ()
+    precisions: CommaSeparated[tuple[Literal["fp32", "bf16"], ...]] = ()
     """train.precision of the runs (default: the one `auto` trains in here, bf16 where the CPU has bf16 units,
     else fp32)."""
     threads: int = Field(2, ge=1)

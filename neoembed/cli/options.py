@@ -206,7 +206,7 @@ def _option(flag: Flag, field: FieldInfo, default: Any = None) -> inspect.Parame
     """The typer parameter for one field: its type, help (docstring and bounds) and default."""
     cli_type = _cli_type(field.annotation)
     if isinstance(default, str) and typing.get_origin(cli_type) is list:
-        cli_type = str  # a list the settings serialise as one comma-separated value (`comma_separated`)
+        cli_type = str  # a list the settings serialise as one comma-separated value (`CommaSeparated`)
     choices = None if cli_type is bool else _choices_text(field)  # a flag pair names its own choices
     help_text = " ".join(part for part in (field.description, choices, _bounds_text(field)) if part)
     if cli_type is bool:
