@@ -7,7 +7,7 @@ are named after it: `<set>_cosine_ndcg@10`, `<set>_dim<d>_cosine_ndcg@10` (`eval
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sentence_transformers.sentence_transformer.evaluation import (
     InformationRetrievalEvaluator,
@@ -55,6 +55,7 @@ def retrieval_set(spec: HeldOutSet) -> tuple[dict, dict, dict]:
         return manpages_retrieval(**sizes)
     if spec.kind == "packages":
         return packages_retrieval(**sizes)
+    assert spec.path is not None and spec.source is not None  # the validator requires both for records
     return records_retrieval(spec.path, spec.source, **sizes)
 
 
@@ -72,7 +73,9 @@ def metric_prefix(spec: HeldOutSet, dim: int | None = None) -> str:
 
 
 def build_evaluator(
-    settings: EvalSettings, source_prompts: Mapping[str, PromptSettings] | None = None, dims: list[int] = ()
+    settings: EvalSettings,
+    source_prompts: Mapping[str, PromptSettings] | None = None,
+    dims: Sequence[int] = (),
 ) -> SequentialEvaluator | None:
     """Every held-out set, its queries and documents prefixed with the prompts training gives its source;
     with `dims` (Matryoshka), each also scored on embeddings truncated to each of them. None without sets."""
@@ -123,7 +126,11 @@ def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None)
     """{set: what it is and its size}, for the model card."""
     if evaluator is None:
         return {}
-    sizes = {e.name: (len(e.queries), len(e.corpus)) for e in evaluator.evaluators}
+    sizes = {
+        e.name: (len(e.queries), len(e.corpus))
+        for e in evaluator.evaluators
+        if isinstance(e, InformationRetrievalEvaluator)  # every one `build_evaluator` makes
+    }
     what = {
         "wordnet": "a WordNet example sentence -> its synset's definition, among definitions of synsets every "
         "training build leaves out",
@@ -144,7 +151,7 @@ def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None)
 
 
 def set_scores(
-    metrics: Mapping[str, float], settings: EvalSettings, dims: list[int] = ()
+    metrics: Mapping[str, float], settings: EvalSettings, dims: Sequence[int] = ()
 ) -> dict[str, dict[str, float]]:
     """{set: {nDCG@10, recall@k, and `ndcg@10_dim<d>` per smaller dimension}} from an evaluator's metrics
     (keys with or without the trainer's `eval_` prefix); a set the metrics do not hold is left out."""

@@ -13,6 +13,7 @@ import logging
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Literal
 
 from neoembed.contrastive.lora import has_adapters, merge_adapters
 from neoembed.contrastive.model import BaseModelError
@@ -68,7 +69,7 @@ def export_model(model, path: Path, facts: TrainingFacts, prompts: dict[str, str
     return path
 
 
-def declared_max_seq_length(model, declared: str | int) -> int:
+def declared_max_seq_length(model, declared: Literal["train", "positions"] | int) -> int:
     """The max_seq_length the export of `model` (now truncating at its training length) declares, per the
     recipe's `export.max_seq_length`: "train", that training length; "positions", every position the base
     model supports (the training length where the config does not say); or a number up to that."""

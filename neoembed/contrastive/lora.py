@@ -16,7 +16,8 @@ def default_targets(model_type: str) -> list[str] | str:
     encoder (NeoBERT: qkv, wo, ffn.w12, ffn.w3; ModernBERT: Wqkv, Wo, Wi, ...)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
-    return TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type, "all-linear")
+    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
+    return "all-linear" if targets is None else list(targets)
 
 
 def add_lora(model, settings: LoraSettings) -> None:
@@ -26,7 +27,11 @@ def add_lora(model, settings: LoraSettings) -> None:
     transformer = model[0].auto_model
     targets = settings.target_modules or default_targets(transformer.config.model_type)
     config = LoraConfig(
-        r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout, target_modules=targets
+        r=settings.r,
+        # peft annotates lora_alpha as int, but only divides it by r (its scaling): a float scales as asked.
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]
+        lora_dropout=settings.dropout,
+        target_modules=targets,
     )
     try:
         model.add_adapter(config)

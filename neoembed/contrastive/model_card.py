@@ -99,7 +99,7 @@ def training_facts(
         recipe=settings.model_dump(mode="json"),
         infonce_weight=loss["weight"] if infonce else 0.0,
         distillation=distillation(loss.get("distill"), base_model, dimension),
-        leakage=leakage_summary(settings.data.path),
+        leakage=leakage_summary(Path(settings.data.path)),
         seed=settings.train.seed,
         precision=training_precision(settings.train.precision),
         weight_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),

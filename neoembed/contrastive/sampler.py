@@ -13,7 +13,8 @@ so the check holds 8 bytes a text in memory rather than the text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
+from typing import cast
 
 import numpy as np
 from sentence_transformers.base.sampler import MultiDatasetDefaultBatchSampler
@@ -51,7 +52,7 @@ class HomogeneousBatchSampler(MultiDatasetDefaultBatchSampler):
         names: Sequence[str] = (),
     ) -> None:
         super().__init__(dataset, batch_samplers, generator, seed)
-        self.rows = [len(d) for d in dataset.datasets]
+        self.rows = [len(cast(Sized, d)) for d in dataset.datasets]  # the sources are datasets.Dataset
         self.names = list(names) or [str(i) for i in range(len(self.rows))]
         self.probabilities = source_probabilities(self.rows, alpha)
         self.offsets = np.concatenate([[0], np.cumsum(self.rows)[:-1]])

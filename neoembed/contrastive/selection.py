@@ -158,4 +158,6 @@ def choose_base_weight(
             best, behind = point, 0
         elif (behind := behind + 1) == PATIENCE:
             break
+    if best is None:
+        raise RecipeError("export.base_weights is empty: base_weight auto needs a candidate to choose")
     return Choice(best["base_weight"], curve)

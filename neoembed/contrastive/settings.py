@@ -237,7 +237,12 @@ class HeldOutSet(StrictSettings):
 
     @property
     def label(self) -> str:
-        return self.name or (self.source if self.kind == "records" else self.kind)
+        if self.name:
+            return self.name
+        if self.kind == "records":
+            assert self.source is not None  # the validator requires a records set's source
+            return self.source
+        return self.kind
 
 
 REPLACED_EVAL_FIELDS = ("kind", "path", "source", "queries", "corpus")

@@ -10,12 +10,15 @@ JSONL metrics file and NaN stop (`training.MetricsLog`), and the export with its
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from pathlib import Path
 
 import torch
 from datasets import DatasetDict
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from torch import nn
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.data import (
@@ -86,15 +89,22 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
         # the model saw, not the key columns the loss reads.
         card_data = self.model.model_card_data
         card_data.train_datasets = card_data.extract_dataset_metadata(
-            DatasetDict({name: d.select_columns(text_columns(d)) for name, d in self.train_dataset.items()}),
+            DatasetDict({name: d.select_columns(text_columns(d)) for name, d in self.sources.items()}),
             card_data.train_datasets,
             self.loss,
             "train",
         )
 
     @property
+    def sources(self) -> DatasetDict:
+        """The training datasets by source name."""
+        assert isinstance(self.train_dataset, DatasetDict)  # what `build_trainer` passes
+        return self.train_dataset
+
+    @property
     def contrastive_loss(self) -> ContrastiveLoss:
         """The loss `loss.kind` names (maybe inside Matryoshka's wrapper)."""
+        assert isinstance(self.loss, nn.Module)  # one loss for every source, not a dict of them
         return next(m for m in self.loss.modules() if isinstance(m, ContrastiveLoss))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -116,23 +126,33 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
     def distance_from_start(self) -> torch.Tensor:
         """The squared L2 distance of the trained weights from where they started (loss.base_pull)."""
         named = dict(self.model.named_parameters())
-        return sum(((named[n] - start) ** 2).sum() for n, start in self.start_weights.items())
+        # reduce, not sum: the same additions without sum's leading `0 +` (start_weights is never empty here)
+        return functools.reduce(
+            operator.add, (((named[n] - start) ** 2).sum() for n, start in self.start_weights.items())
+        )
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         super()._save(output_dir, state_dict)
-        self.contrastive_loss.save_checkpoint(Path(output_dir or self.args.output_dir))
+        checkpoint = output_dir or self.args.output_dir
+        assert checkpoint is not None  # trainer_arguments always sets output_dir
+        self.contrastive_loss.save_checkpoint(Path(checkpoint))
 
-    def _load_from_checkpoint(self, checkpoint_path: str, *args, **kwargs) -> None:
+    # sentence-transformers' BaseTrainer renames transformers' `resume_from_checkpoint` to `checkpoint_path`
+    # (and drops `model`): no signature matches both, so this one matches the class it extends.
+    def _load_from_checkpoint(self, checkpoint_path: str, *args, **kwargs) -> None:  # type: ignore[override]
         super()._load_from_checkpoint(checkpoint_path, *args, **kwargs)
         self.contrastive_loss.load_checkpoint(Path(checkpoint_path))
 
-    def collect_features(self, inputs: dict) -> tuple[list[dict], list[torch.Tensor]]:
+    # The library types labels as one Tensor; it hands them to the loss unchanged, and ours take one per column.
+    def collect_features(  # type: ignore[override]
+        self, inputs: dict
+    ) -> tuple[list[dict[str, torch.Tensor]], list[torch.Tensor]]:
         """Each column's model inputs, and as the loss's labels each column's text keys."""
         features, _ = super().collect_features(inputs)
         return features, list(inputs[TEXT_KEYS].unbind(1))
 
     def get_multi_dataset_batch_sampler(self, dataset, batch_samplers, generator=None, seed=0):
-        keys = [self.text_keys[name] for name in self.train_dataset]
+        keys = [self.text_keys[name] for name in self.sources]
         return HomogeneousBatchSampler(
             dataset,
             batch_samplers,
@@ -142,14 +162,14 @@ class ContrastiveTrainer(SentenceTransformerTrainer):
             world_size=self.args.world_size,
             grad_accum=self.args.gradient_accumulation_steps,
             keys=lambda source, row: keys[source][row].tolist(),
-            names=list(self.train_dataset.keys()),
+            names=list(self.sources.keys()),
         )
 
 
 def training_arguments(
     settings: ContrastiveSettings, evaluate: bool, prompts: dict | None = None
 ) -> SentenceTransformerTrainingArguments:
-    return trainer_arguments(
+    args = trainer_arguments(
         settings.train,
         settings.optim,
         args_class=SentenceTransformerTrainingArguments,
@@ -162,6 +182,8 @@ def training_arguments(
         disable_tqdm=False,
         prompts=prompts or None,
     )
+    assert isinstance(args, SentenceTransformerTrainingArguments)  # the args_class asked for
+    return args
 
 
 def build_trainer(settings: ContrastiveSettings) -> ContrastiveTrainer:
@@ -262,7 +284,9 @@ def evaluate(trainer: ContrastiveTrainer, note: dict[str, float] | None = None) 
     ]
     if made and not note:
         return made[-1]
+    assert trainer.evaluator is not None  # called only where the run has held-out sets
     metrics = trainer.evaluator(trainer.model)
+    assert isinstance(metrics, dict)  # build_evaluator's SequentialEvaluator returns every set's metrics
     log_line(trainer, {**(note or {}), **{f"eval_{k}": v for k, v in metrics.items()}})
     return metrics
 
@@ -270,6 +294,7 @@ def evaluate(trainer: ContrastiveTrainer, note: dict[str, float] | None = None) 
 def log_line(trainer: ContrastiveTrainer, line: dict) -> None:
     """A line of this step in metrics.jsonl, as the trainer logs (by the first process only)."""
     if trainer.is_world_process_zero():
+        assert trainer.args.output_dir is not None  # trainer_arguments always sets it
         append_jsonl(
             Path(trainer.args.output_dir) / METRICS_FILE, {"step": trainer.state.global_step, **line}
         )
@@ -318,7 +343,7 @@ class ContrastiveJob:
 
     def finish(self, prepared: Prepared) -> ContrastiveResult:
         settings, trainer, before, dims = self.settings, prepared.trainer, self.before, self.dims
-        model, sources = trainer.model, trainer.train_dataset
+        model, sources = trainer.model, trainer.sources
         output_dir = Path(settings.train.output_dir)
         after = None
         note, base_weight, choice = None, settings.export.base_weight, None

@@ -9,6 +9,8 @@ document column, each text's key, the mask of repeated texts). A loss adds its `
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,20 +100,22 @@ class ContrastiveLoss(CachedLossMixin, nn.Module):
                 f"{len(keys)}: train with neoembed.contrastive.train.ContrastiveTrainer"
             )
         if self.cached:
-            return self.forward_cached(features, keys)
+            # CachedLossMixin types labels as one Tensor; it passes them to `calculate_loss` unchanged.
+            return self.forward_cached(features, keys)  # type: ignore[arg-type]
         reps = [[self.model(f)["sentence_embedding"]] for f in features]
         return self.calculate_loss(reps, keys)
 
-    def calculate_loss(
+    def calculate_loss(  # type: ignore[override]  # the mixin's labels: one Tensor; ours: one per column
         self, reps: list[list[Tensor]], labels: list[Tensor] | None = None, *, with_backward: bool = False
     ) -> Tensor:
         keys = labels
+        assert keys is not None  # `forward` checked every column has its keys; MatryoshkaLoss passes them on
         columns = [torch.cat(r) for r in reps]
         terms = self.terms(self.in_batch(columns, keys), columns, keys)
         if self.logs_terms:
             for name, value in terms.items():
                 self.components[name] = self.components.get(name, 0.0) + value.detach()
-        loss = sum(terms.values())
+        loss: Tensor = functools.reduce(operator.add, terms.values())
         if with_backward:
             loss.backward()
             loss = loss.detach()
