@@ -34,8 +34,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -66,7 +69,7 @@ TARGET_BACKEND_SPEEDUP = 2.0  # the best backend's server over the torch-fp32 se
 PROBE_SYNSETS = 1024
 
 
-def quickstart_neobert() -> dict[str, int]:
+def quickstart_neobert() -> dict[str, Any]:
     """The NeoBERT shape of the quickstart's pretraining recipe (pretrain-cpu: 4 layers x 128, 128 tokens)."""
     from neoembed.packaged import resolve_recipe
     from neoembed.pretrain import PretrainSettings
@@ -233,7 +236,7 @@ class ModelResult:
     def best_direct(self) -> float:
         return min(self.direct_s[self.best_batch])
 
-    def figures(self, backend: str) -> dict[str, object]:
+    def figures(self, backend: str) -> dict[str, Any]:
         """What the JSON keeps of a backend's server, and its row's figures beyond throughput."""
         served, wall = self.served[backend], self.served[backend].best[0]
         openai_wall, openai_latencies = served.best_openai
@@ -290,9 +293,10 @@ class ModelResult:
                 f"hung -> 503 in {faults.hang_unready_s:.1f} s and ready in {faults.hang_ready_s:.1f} s, "
                 f"/health p95 {faults.health_p95_ms:.0f} ms meanwhile; {served.fairness.line()}"
             )
-        speedups = {b: self.figures(b).get("vs_fp32_server") for b in self.served}
         if len(self.served) > 1 and inference_backends.REFERENCE in self.served:
-            best = max(speedups, key=speedups.get)
+            # With the reference served, every backend has a speed-up against it.
+            speedups: dict[str, float] = {b: self.figures(b)["vs_fp32_server"] for b in self.served}
+            best = max(speedups, key=speedups.__getitem__)
             fidelity = self.served[best].fidelity
             parts.append(
                 f"best backend {best}: {speedups[best]:.2f}x the torch-fp32 server (target "
@@ -309,7 +313,7 @@ class ModelResult:
 
 def bench_model(
     model: str,
-    backends: list[str],
+    backends: Sequence[str],
     inputs: list[str],
     probe: inference_backends.Probe,
     settings: ServeBench,
@@ -352,7 +356,7 @@ def bench_model(
         for round_ in range(settings.repeats):
             for size in settings.direct_batch_sizes:
                 direct_s[size].append(
-                    timed(lambda s=size: embedder.encode(inputs, batch_size=s, show_progress_bar=False))
+                    timed(partial(embedder.encode, inputs, batch_size=size, show_progress_bar=False))
                 )
                 append_jsonl(log_path, {"model": model, "round": round_, "path": f"encode batch {size}",
                                         "seconds": direct_s[size][-1]})  # fmt: skip

@@ -65,7 +65,8 @@ def fairness_round(port: int, texts: list[str], *, characters: int = 160) -> Fai
     thread = threading.Thread(target=post_large, name="large-request")
     thread.start()
     time.sleep(QUEUED_AFTER_S)
-    latencies, failed = [], 0
+    latencies: list[float] = []
+    failed = 0
     with httpx.Client(base_url=base, timeout=600) as client:
         while thread.is_alive() or not latencies:
             started = time.perf_counter()
