@@ -18,7 +18,9 @@ so machine noise affects all backends alike: texts/s and p50/p95 seconds per bat
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,7 +89,7 @@ def onnx_export(model_name: str, export_dir: Path) -> Path:
 
 
 def load_backends(
-    model_name: str, backends: list[str], export_dir: Path, threads: int
+    model_name: str, backends: Sequence[str], export_dir: Path, threads: int
 ) -> dict[str, SentenceTransformer]:
     from neoembed.embedder import load_embedder
     from neoembed.onnx_backend import load_onnx_embedder
@@ -153,13 +155,13 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
         return models[backend].encode(texts, batch_size=size, normalize_embeddings=True)
 
     vectors = {b: encode(b, probe.texts) for b in {*running, REFERENCE}}
-    latencies = {b: [] for b in running}
+    latencies: dict[str, list[float]] = {b: [] for b in running}
     for rep in range(settings.repeats):
         for backend in rotated(running, rep):
-            latencies[backend] += [timed(lambda b=batch, k=backend: encode(k, b)) for batch in batches]
+            latencies[backend] += [timed(partial(encode, backend, batch)) for batch in batches]
             passed = sum(latencies[backend][-len(batches) :])
             progress(f"pass {rep + 1}/{settings.repeats} {backend}: {passed:.1f} s")
-    rows = []
+    rows: list[Row] = []
     for backend in settings.backends:
         if backend in skipped:
             rows.append(Row({"backend": backend}, note=f"skipped: {skipped[backend]}"))
@@ -171,8 +173,10 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
             **fidelity(probe, vectors[REFERENCE], vectors[backend]),
         }))  # fmt: skip
     if REFERENCE in running:
-        base = rows[settings.backends.index(REFERENCE)]["texts/s"]
-        rows = [row if row.note else row.adding({"vs torch-fp32": row["texts/s"] / base}) for row in rows]
+        base = rows[settings.backends.index(REFERENCE)].number("texts/s")
+        rows = [
+            row if row.note else row.adding({"vs torch-fp32": row.number("texts/s") / base}) for row in rows
+        ]
     described = dict(model=settings.model, texts=len(texts), queries=len(probe.queries), batch_size=size,
                      repeats=settings.repeats, threads=settings.threads)  # fmt: skip
     report = Report(

@@ -44,6 +44,20 @@ class Row:
     def get(self, name: str, default: Cell = None) -> Cell:
         return self.cells().get(name, default)
 
+    def number(self, name: str) -> float:
+        """The figure `name` where arithmetic needs it as a number; a TypeError where it is text or None."""
+        value = self[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"row {self.label}: {name} is {value!r}, not a number")
+        return value
+
+    def text(self, name: str) -> str:
+        """The cell `name` where it must be text; a TypeError where it is a number or None."""
+        value = self[name]
+        if not isinstance(value, str):
+            raise TypeError(f"row {self.label}: {name} is {value!r}, not text")
+        return value
+
     def adding(self, figures: dict[str, Cell]) -> Row:
         """This row with more figures after its own."""
         return dataclasses.replace(self, figures={**self.figures, **figures})
@@ -114,8 +128,11 @@ def percentile_ms(latencies: Sequence[float], q: float) -> float:
 
 def _run_child(target: Callable[..., dict[str, Any]], *args) -> None:
     """Child process: `target(*args)`'s figures and the child's peak RSS, as JSON at the path given last."""
-    *args, result_path = args
-    result = {**target(*args), "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    *target_args, result_path = args
+    result = {
+        **target(*target_args),
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
     Path(result_path).write_text(json.dumps(result, default=int))  # ru_maxrss: KiB on Linux
 
 
