@@ -76,10 +76,13 @@ def _until_replaced(
 def fault_round(server: subprocess.Popen, port: int, kills: int = 2) -> Faults:
     """`kills` deaths and one hang of the inference process of a running, idle server. Three faults in all:
     the server's default `--max-worker-restarts`, past which it exits for its supervisor to restart."""
-    base, latencies = f"http://127.0.0.1:{port}", []
+    base = f"http://127.0.0.1:{port}"
+    latencies: list[float] = []
 
     def fault(sig: int) -> tuple[float, float]:
         old = inference_process(server.pid)
+        if old is None:  # the server is idle and the last fault's replacement answered ready: never expected
+            raise RuntimeError(f"server {server.pid} has no single inference process to fault")
         os.kill(old, sig)
         return _until_replaced(server, base, old, latencies)
 
