@@ -291,13 +291,13 @@ def project(
     mined): two texts encoded per pair, and each part's queries searched against its `rows_per_shard` pool.
     CPU figures are CPU-hours (from CPU seconds, which a shared machine does not inflate); stage 1 and writing
     run on the CPU in both rows."""
-    tokens = 2 * pairs * encode["tokens"] / encode["texts"]
+    tokens = 2 * pairs * encode.number("tokens") / encode.number("texts")
     flops = 2 * 384 * pairs * rows_per_shard  # every query against its part's whole pool
     stage1 = pairs * stage1_cpu_s_per_row
     write = pairs / write_rows_per_cpu_s
     rows = []
     for where, tokens_per_s, gflop_per_s in (
-        ("CPU (CPU-hours)", encode["tokens_per_cpu_s"], search["gflop_per_cpu_s"]),
+        ("CPU (CPU-hours)", encode.number("tokens_per_cpu_s"), search.number("gflop_per_cpu_s")),
         ("one H100 (assumed rates)", gpu_tokens_per_s, gpu_gflop_per_s),
     ):
         encode_h, search_h = tokens / tokens_per_s / 3600, flops / (gflop_per_s * 1e9) / 3600
@@ -331,7 +331,8 @@ def run(settings: BuildDataBench) -> WrittenReport:
     work = settings.out / "work"
     shutil.rmtree(work, ignore_errors=True)
     load_before = os.getloadavg()
-    sources, stage = ([], None)
+    sources: list[Row] = []
+    stage: StageTotals | None = None
     if settings.rows:
         sources, stage = bench_normalise(settings.rows, settings.long_rows, work / "normalise")
     encode = bench_encode(settings.encode_texts, settings.batch_size) if settings.encode_texts else None
@@ -374,8 +375,8 @@ def _report(settings: BuildDataBench, measured: Measured) -> Report:
         tables.append(Table([search], heading=heading))
     if stage and encode and search:
         synthetic = next(s for s in m.sources if s["source"] == "synthetic")
-        per_row = synthetic["cpu_s"] / synthetic["rows"]
-        projection = project(settings.project_pairs, search["pool"], per_row, stage.write_rows_per_cpu_s,
+        per_row = synthetic.number("cpu_s") / synthetic.number("rows")
+        projection = project(settings.project_pairs, settings.search_pool, per_row, stage.write_rows_per_cpu_s,
                              encode, search, settings.gpu_tokens_per_s, settings.gpu_gflop_per_s)  # fmt: skip
         tables.append(Table(
             projection,
@@ -394,7 +395,7 @@ def _report(settings: BuildDataBench, measured: Measured) -> Report:
         columns = [c for c in m.mining[0].cells() if c != "mined_negatives"]
         tables.append(Table(m.mining, columns, heading=heading))
         if len(m.mining) > 1:
-            ratio = m.mining[1]["pairs_per_s"] / m.mining[0]["pairs_per_s"]
+            ratio = m.mining[1].number("pairs_per_s") / m.mining[0].number("pairs_per_s")
             verdicts.append(
                 f"{m.mining[1]['teacher_dtype']} / {m.mining[0]['teacher_dtype']} mining speed: {ratio:.2f}x"
             )
