@@ -10,7 +10,7 @@ import multiprocessing
 import platform
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ class Row:
     case, layout), `figures` what was measured, by name; `unit` the figures' unit where their names do not
     say it; `note` what a reader must know (why a row has no figures, an MFU that is a measurement error)."""
 
-    label: dict[str, str | int]
+    label: Mapping[str, str | int]
     figures: dict[str, Cell] = field(default_factory=dict)
     unit: str | None = None
     note: str | None = None
