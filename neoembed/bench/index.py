@@ -130,7 +130,7 @@ def _verdict(rows: list[Row], target: float, threads: int) -> tuple[bool, str]:
             True,
             f"{auto['set']}: auto choice Flat: exact search, the corpus is small enough (no speed target)",
         )
-    met = auto["recall_at_10"] >= target and auto["x_exact_batch"] >= 3
+    met = auto.number("recall_at_10") >= target and auto.number("x_exact_batch") >= 3
     return met, (
         f"{auto['set']}: auto choice {auto['factory']} ({auto['param']}) recall@10 {auto['recall_at_10']:.3f} at "
         f"{auto['x_exact_batch']:.1f}x exact batch QPS and {auto['x_exact_single']:.1f}x exact single-query QPS, "
@@ -145,7 +145,10 @@ def run(settings: IndexBench) -> WrittenReport:
     import torch
 
     torch.set_num_threads(threads)
-    rows, curves, lines, verdict = [], {}, [], None
+    rows: list[Row] = []
+    curves: dict[str, list[dict]] = {}
+    lines: list[str] = []
+    verdict: bool | None = None
     if n:
         base, xq = structured_vectors(n, dim, queries=queries)
         rows, curves = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target)
