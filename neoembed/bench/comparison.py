@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from neoembed.bench.report import Row, met_text
 from neoembed.bench.st_baseline import Trained
@@ -131,8 +131,8 @@ class SeedAverages:
         [lowest, highest run]; "missing" where a run has no score."""
         cells = {}
         for task, column in self.columns.items():
-            values = [self.scores[label].get(task) for label in labels]
-            if any(value is None for value in values):
+            values = [value for label in labels if (value := self.scores[label].get(task)) is not None]
+            if len(values) < len(labels):
                 cells[column] = "missing"
                 continue
             mean = sum(values) / len(values)
@@ -151,8 +151,9 @@ class SeedAverages:
             found = []
             if ours and theirs:
                 rows = {
-                    task: tuple(
-                        mean_of([self.inputs[label][task] for label in side]) for side in (ours, theirs)
+                    task: (
+                        mean_of([self.inputs[label][task] for label in ours]),
+                        mean_of([self.inputs[label][task] for label in theirs]),
                     )
                     for task in self.columns
                 }
@@ -171,7 +172,7 @@ def difference_cell(d: Difference | None) -> str:
     """A paired difference in points (x 100) with its 95% interval, starred where it excludes 0."""
     if d is None:
         return "n/a"
-    if d.low is None:
+    if d.low is None or d.high is None:  # both None together: no interval
         return f"{100 * d.difference:+.2f}"
     star = "*" if d.low > 0 or d.high < 0 else ""
     return f"{100 * d.difference:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}]{star}"
@@ -220,9 +221,22 @@ class Group:
         return rows
 
 
+# Without `kind` the result is a `Trained` (mypy cannot type a default for a TypeVar parameter).
+@overload
 def reuse_or_train(
-    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], T], kind: type[T] = Trained
-) -> T:
+    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], Trained]
+) -> Trained: ...
+@overload
+def reuse_or_train(
+    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], T], kind: type[T]
+) -> T: ...
+def reuse_or_train(
+    run_dir: Path,
+    identity: dict[str, Any],
+    fresh: bool,
+    train: Callable[[], Trained],
+    kind: type[Trained] = Trained,
+) -> Trained:
     """The result (a `kind`) recorded by a finished run in `run_dir` with the same `identity`, else train
     afresh (a resumed run would get a second time budget). `run_dir` may be a link to a run of another bench
     directory (reused from there; replaced by a fresh run of its own, never trained over)."""
