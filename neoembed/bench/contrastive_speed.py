@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +96,14 @@ def st_arm(settings_json: str, warmup: int, out: str) -> dict[str, Any]:
 
     settings = ContrastiveSettings.model_validate_json(settings_json)
     train, loss = settings.train, settings.loss
-    torch.set_num_threads(train.threads)
+    # `speed_settings` sets both: the bench's threads, and the mini-batch the two trainers share.
+    threads, mini_batch_size = train.threads, loss.mini_batch_size
+    assert threads is not None and mini_batch_size is not None
+    torch.set_num_threads(threads)
     made = []
 
     def make_loss(model) -> CachedMultipleNegativesRankingLoss:
-        made.append(CachedMultipleNegativesRankingLoss(model, scale=1 / loss.temperature, mini_batch_size=loss.mini_batch_size))  # fmt: skip
+        made.append(CachedMultipleNegativesRankingLoss(model, scale=1 / loss.temperature, mini_batch_size=mini_batch_size))  # fmt: skip
         return made[-1]
 
     clock = StepClock(warmup)
@@ -128,7 +132,7 @@ def largest_source(data: Path) -> str:
 
 def speed_fields(bench: ContrastiveBench, source: str, total_steps: int) -> dict[str, Any]:
     """The recipe fields the speed mode sets: the library's pairs, batch and loss; nothing scored or saved."""
-    chosen = (
+    chosen: tuple[tuple[Callable[[ContrastiveSettings], object], object], ...] = (
         (lambda r: r.data.sources, [source]),
         (lambda r: r.data.max_negatives, 0),  # the library's loss would take negatives as more columns
         (lambda r: r.data.max_rows, None),
