@@ -33,6 +33,7 @@ from neoembed.bench.comparison import (
     difference_cell,
     difference_note,
     recipe_identity,
+    relative,
     reuse_or_train,
     train_and_score,
 )
@@ -41,6 +42,7 @@ from neoembed.bench.report import Report, Row, Table, WrittenReport, write_repor
 from neoembed.bench.settings import AdaptBench
 from neoembed.bench.st_baseline import Budget, Trained
 from neoembed.contrastive import evaluated_texts
+from neoembed.errors import RunError
 from neoembed.run_files import METRICS_FILE, read_jsonl, write_text
 
 FOLDOC_TASK = "FOLDOCDefinitionRetrieval"
@@ -175,7 +177,7 @@ def run(bench: AdaptBench) -> WrittenReport:
     import torch
 
     torch.set_num_threads(bench.threads)
-    corpora = {
+    corpora: dict[str, Corpus] = {
         c.name: c for c in write_corpora(bench.out / "corpora", bench.packages) if c.name in bench.corpora
     }
     base_row = f"{Path(bench.model).name} (base)"
@@ -275,7 +277,15 @@ def goal_checks(corpus: Corpus, group: Group, seeded: SeedAverages, runs: dict[A
     adapted = [arm for arm in group.arms if arm.method == "adapt"]
     scores, base = seeded.scores, seeded.scores[group.base_row]
     where = f"{corpus.name} ({group.precision})"
-    gains = [scores[arm.label][corpus.task] / base[corpus.task] - 1 for arm in adapted]
+
+    def gain(label: str, task: str) -> float:
+        """`label`'s relative change over the base on `task`."""
+        change = relative(scores[label][task], base[task])
+        if change is None:
+            raise RunError(f"{label} or the base has no {task} score (see mteb/mteb_eval.jsonl)")
+        return change
+
+    gains = [gain(arm.label, corpus.task) for arm in adapted]
     mean_gain = sum(gains) / len(gains)
     versus_base = seeded.compare(group.labels("adapt"), group.labels(None)).get(corpus.task)
     checks = [
@@ -292,10 +302,15 @@ def goal_checks(corpus: Corpus, group: Group, seeded: SeedAverages, runs: dict[A
     else:
         checks.append(Check(ahead, None, "not measured (--baselines left TSDAE out)"))
     for task in FORGETTING:
-        worst = min(scores[arm.label][task] / base[task] - 1 for arm in adapted)
+        worst = min(gain(arm.label, task) for arm in adapted)
         target = f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed"
         checks.append(Check(target, worst >= -FORGET, f"worst {worst:+.2%}"))
-    longest = max(runs[arm].minutes for arm in adapted)
-    target = f"{where}: adaptation under {MINUTES:g} minutes on {runs[adapted[0]].documents:,} documents"
+    adaptations = []
+    for arm in adapted:
+        adaptation = runs[arm]
+        assert isinstance(adaptation, Adapted)  # `train_arm` trains or reuses an adapt arm as an `Adapted`
+        adaptations.append(adaptation)
+    longest = max(adaptation.minutes for adaptation in adaptations)
+    target = f"{where}: adaptation under {MINUTES:g} minutes on {adaptations[0].documents:,} documents"
     figures = f"longest {longest:.1f} minutes (pairs, training, selection, export)"
     return [*checks, Check(target, longest < MINUTES, figures)]
