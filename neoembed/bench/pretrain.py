@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import datasets
 import numpy as np
@@ -36,7 +37,7 @@ from neoembed.pretrain.neobert import (
     varlen_kernel_for,
 )
 
-CONFIGS = {
+CONFIGS: dict[str, dict[str, Any]] = {  # NeoBERTConfig fields
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
     "full": {},
 }
@@ -150,7 +151,8 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
     )
     if budget.note:
         progress(budget.note)
-    model = NeoBERTForMaskedLM(config).to(device)
+    # transformers wraps `.to` in functools.wraps, which mypy types as unbound (self taken from `device`).
+    model = NeoBERTForMaskedLM(config).to(device)  # type: ignore[arg-type]
     model.config.sparse_prediction = True
     if bench.compile:
         model.compile_layers()

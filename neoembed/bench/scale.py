@@ -71,7 +71,7 @@ def encode_worker(texts: int, out: str) -> None:
     model.encode(share, batch_size=config.batch_size)
     seconds = time.perf_counter() - started
     if world > 1:
-        gathered = [None] * world
+        gathered = [0.0] * world  # every rank's seconds, filled in by all_gather_object
         dist.all_gather_object(gathered, seconds)
         seconds = max(gathered)
         release_process_group()
