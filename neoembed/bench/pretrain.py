@@ -186,7 +186,7 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
 def report(trial: Trial, budget, measured: dict[str, tuple[Row, Mfu]], loss_gap: float) -> Report:
     """The layouts' rows, and packed against padded: speed-up, MFU and the loss gap."""
     bench, device = trial.bench, trial.device
-    tokens = {name: row["tokens/s"] for name, (row, _) in measured.items()}
+    tokens = {name: row.number("tokens/s") for name, (row, _) in measured.items()}
     speedup, unpadded_speedup = (
         tokens["packed"] / tokens["padded"],
         tokens["padded, unpadded path"] / tokens["padded"],

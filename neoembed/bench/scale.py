@@ -154,7 +154,7 @@ def run(settings: ScaleBench) -> WrittenReport:
     rows, verdicts = [], []
     for job in settings.jobs:
         one, many = (BENCHES[job](settings, ranks, work.resolve()) for ranks in (1, settings.ranks))
-        scaling = many["rate"] / one["rate"]
+        scaling = many.number("rate") / one.number("rate")
         rows += [one.adding({"vs 1 rank": 1.0}), many.adding({"vs 1 rank": scaling})]
         if job == "build-data":
             verdicts.append(
