@@ -29,7 +29,7 @@ class Row:
     say it; `note` what a reader must know (why a row has no figures, an MFU that is a measurement error)."""
 
     label: Mapping[str, str | int]
-    figures: dict[str, Cell] = field(default_factory=dict)
+    figures: Mapping[str, Cell] = field(default_factory=dict)
     unit: str | None = None
     note: str | None = None
 
@@ -58,7 +58,7 @@ class Row:
             raise TypeError(f"row {self.label}: {name} is {value!r}, not text")
         return value
 
-    def adding(self, figures: dict[str, Cell]) -> Row:
+    def adding(self, figures: Mapping[str, Cell]) -> Row:
         """This row with more figures after its own."""
         return dataclasses.replace(self, figures={**self.figures, **figures})
 
