@@ -45,6 +45,7 @@ versions: setup
 lint: setup
 	$(VENV)/bin/ruff check neoembed tests scripts
 	$(VENV)/bin/ruff format --check neoembed tests scripts
+	$(VENV)/bin/mypy  # the package, faces resolved ([tool.mypy] in pyproject.toml)
 
 test: lint versions
 	$(VENV)/bin/pytest -q
