@@ -18,7 +18,6 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         pretrain as pretrain,
         scale as scale,
         serve as serve,
-        tsdae_baseline as tsdae_baseline,
     )
     from .mfu import Mfu as Mfu
     from .report import (

@@ -11,9 +11,8 @@ seeds, with paired intervals.
   -> description retrieval.
 - Forgetting: WordNet's held-out example -> definition and lemma -> definition, for every adapted model.
 Each adapted model is compared with the base, with ST MNRL given its pairs, seed and steps, and with TSDAE
-given the same corpus, seed and the minutes the adaptation's training took (`--baselines` leaves either out);
-one run is an anecdote: results are seed means with their spread, comparisons paired bootstraps over the
-queries of the seed-averaged scores (`significance.mean_of`).
+given the same corpus, seed and the minutes the adaptation's training took (`--baselines` leaves either out),
+as `bench.comparison` compares.
 """
 
 from __future__ import annotations
@@ -21,17 +20,18 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from itertools import product
 from pathlib import Path
 
-from neoembed.bench import st_baseline, tsdae_baseline
+from neoembed.bench import st_baseline
 from neoembed.bench.comparison import (
     Arm,
     Check,
     Group,
     SeedAverages,
+    Tables,
     above_zero,
     difference_cell,
-    difference_note,
     recipe_identity,
     relative,
     reuse_or_train,
@@ -88,9 +88,8 @@ def write_corpora(out: Path, packages: int) -> list[Corpus]:
     out.mkdir(parents=True, exist_ok=True)
     foldoc = out / "foldoc.txt"  # every definition, no term; the guard knows FOLDOC's held-out terms itself
     write_text(foldoc, "".join(entry.definition + "\n" for entry in load_entries()))
-    synopses, _, _ = packages_retrieval()
     guarded = out / "packages-queries.txt"
-    write_text(guarded, "".join(text + "\n" for text in synopses.values()))
+    write_text(guarded, "".join(text + "\n" for text in packages_retrieval()[0].values()))
     described = out / "packages.jsonl"  # the held-out descriptions are the first of the sample order
     documents = load_descriptions()[:packages]
     write_text(described, "".join(json.dumps({"text": d.description}) + "\n" for d in documents))
@@ -129,15 +128,8 @@ def run_adaptation(settings) -> Adapted:
     minutes = (time.perf_counter() - started) / 60
     runtime = logged_runtime(read_jsonl(Path(settings.train.output_dir) / "train" / METRICS_FILE))
     training = result.training
-    return Adapted(
-        steps=training.steps,
-        train_minutes=runtime / 60,
-        export=str(training.export),
-        minutes=minutes,
-        base_weight=training.base_weight,
-        documents=result.corpus.train,
-        pairs=result.pairs,
-    )
+    return Adapted(training.steps, runtime / 60, str(training.export), minutes=minutes,
+                   base_weight=training.base_weight, documents=result.corpus.train, pairs=result.pairs)  # fmt: skip
 
 
 def train_arm(bench: AdaptBench, corpora: dict[str, Corpus], arm: Arm, runs: dict[Arm, Trained]) -> Trained:
@@ -150,56 +142,51 @@ def train_arm(bench: AdaptBench, corpora: dict[str, Corpus], arm: Arm, runs: dic
     same = (arm.corpus, arm.precision, arm.seed)
     ours = next((a for a in runs if a.method == "adapt" and (a.corpus, a.precision, a.seed) == same), arm)
     settings = adapt_settings(bench, corpus, ours, bench.out / ours.name)
-    adapt_identity = {
-        "recipe": recipe_identity(settings.model_dump(mode="json")),
-        "corpus": corpus.file.stat().st_size,
-    }
+    size = corpus.file.stat().st_size
+    adapt_identity = {"recipe": recipe_identity(settings.model_dump(mode="json")), "corpus": size}
     if arm.method == "adapt":
         return reuse_or_train(run_dir, adapt_identity, bench.fresh, lambda: run_adaptation(settings), Adapted)
-    adapted, max_length = runs[ours], settings.model.max_length
+    adapted, max_length, export = runs[ours], settings.model.max_length, run_dir / "model"
     if arm.method == "st":
-        steps = Budget(adapted.steps, None, arm.seed, arm.precision)
-        identity = {"base": bench.model, "pairs": adapt_identity, "budget": asdict(steps), "threads": bench.threads,
-                    "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE]}  # fmt: skip
+        budget = Budget(adapted.steps, None, arm.seed, arm.precision)
         pairs = bench.out / ours.name / PAIRS
-        return reuse_or_train(run_dir, identity, bench.fresh, lambda: st_baseline.train(
-            bench.model, pairs, run_dir, run_dir / "model", steps, max_length))  # fmt: skip
-    minutes = Budget(None, adapted.train_minutes, arm.seed, arm.precision)
-    identity = {"base": bench.model, "corpus": adapt_identity["corpus"], "budget": asdict(minutes), "threads": bench.threads,
-                "settings": [tsdae_baseline.LEARNING_RATE, tsdae_baseline.BATCH_SIZE, tsdae_baseline.DELETE_RATIO]}  # fmt: skip
-    # The documents are read only when TSDAE trains: a reused run needs none.
-    return reuse_or_train(run_dir, identity, bench.fresh, lambda: tsdae_baseline.train(
-        bench.model, settings.corpus.read(evaluated_texts(settings.eval.sets)).train, run_dir, run_dir / "model",
-        minutes, max_length))  # fmt: skip
+        mnrl = [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE]
+        identity: dict[str, object] = {"pairs": adapt_identity, "settings": mnrl}
+
+        def train() -> Trained:
+            return st_baseline.train(bench.model, pairs, run_dir, export, budget, max_length)
+
+    else:
+        budget = Budget(None, adapted.train_minutes, arm.seed, arm.precision)
+        tsdae = [st_baseline.TSDAE_LEARNING_RATE, st_baseline.TSDAE_BATCH_SIZE, st_baseline.DELETE_RATIO]
+        identity = {"corpus": size, "settings": tsdae}
+
+        def train() -> Trained:  # the documents are read only when TSDAE trains: a reused run needs none
+            documents = settings.corpus.read(evaluated_texts(settings.eval.sets)).train
+            return st_baseline.train_tsdae(bench.model, documents, run_dir, export, budget, max_length)
+
+    identity |= {"base": bench.model, "budget": asdict(budget), "threads": bench.threads}
+    return reuse_or_train(run_dir, identity, bench.fresh, train)
 
 
 def run(bench: AdaptBench) -> WrittenReport:
     import torch
 
     torch.set_num_threads(bench.threads)
-    corpora: dict[str, Corpus] = {
-        c.name: c for c in write_corpora(bench.out / "corpora", bench.packages) if c.name in bench.corpora
-    }
-    base_row = f"{Path(bench.model).name} (base)"
+    written = write_corpora(bench.out / "corpora", bench.packages)
+    corpora: dict[str, Corpus] = {corpus.name: corpus for corpus in written if corpus.name in bench.corpora}
+    base = f"{Path(bench.model).name} (base)"
+    methods = ["adapt", *(name for name in ("st", "tsdae") if name in bench.baselines)]
+    grid = product(corpora, bench.run_precisions(), range(bench.seeds), methods)
     arms = [
-        Arm(
-            method,
-            precision,
-            seed,
-            f"{METHODS[method]} on {corpus}, {precision} seed {seed}",
-            base_row,
-            corpus,
-        )
-        for corpus in corpora
-        for precision in bench.run_precisions()
-        for seed in range(bench.seeds)
-        for method in ("adapt", *(name for name in ("st", "tsdae") if name in bench.baselines))
+        Arm(method, precision, seed, f"{METHODS[method]} on {corpus}, {precision} seed {seed}", base, corpus)
+        for corpus, precision, seed, method in grid
     ]
-    fixed = {base_row: bench.model, "BM25": "bm25"}
+    fixed = {base: bench.model, "BM25": "bm25"}
     runs, seeded = train_and_score(
         arms, lambda arm, runs: train_arm(bench, corpora, arm, runs), fixed, COLUMNS, 256, bench.out
     )
-    return write_report(report(bench, list(corpora.values()), runs, seeded, base_row), bench.out)
+    return write_report(report(bench, list(corpora.values()), runs, seeded, base), bench.out)
 
 
 def report(
@@ -207,28 +194,25 @@ def report(
 ) -> Report:
     """Per corpus and precision the base, BM25 and each method's seed means, their paired differences and the
     targets; then every run."""
-    scores = seeded.scores
-    summary, differences, verdicts = [], [], []
+    tables, verdicts = Tables("adapt", "corpus", seeded), []
     for corpus in corpora:
         for precision in bench.run_precisions():
             arms = [arm for arm in runs if arm.corpus == corpus.name and arm.precision == precision]
             group = Group({"corpus": corpus.name}, arms, base_row, METHODS, COMPARISONS, precision)
-            for label in (base_row, "BM25"):
-                figures = {column: scores[label].get(task) for task, column in COLUMNS.items()}
-                summary.append(Row({"corpus": corpus.name, "model": label}, figures))
-            summary += group.summary_rows(seeded)
-            differences += group.difference_rows(seeded)
+            tables.add(
+                group, [run_row(label, seeded, None, {"corpus": corpus.name}) for label in (base_row, "BM25")]
+            )
             verdicts += [check.line() for check in goal_checks(corpus, group, seeded, runs)]
-    per_run = [run_row(label, scores, None) for label in (base_row, "BM25")]
-    per_run += [run_row(arm.label, scores, trained) for arm, trained in runs.items()]
+    per_run = [run_row(label, seeded, None) for label in (base_row, "BM25")]
+    per_run += [run_row(arm.label, seeded, trained) for arm, trained in runs.items()]
     # The baselines' settings as their modules define them (the runs' identities carry the same constants).
+    st = st_baseline
     baselines = {
-        "st": f"{METHODS['st']}: MultipleNegativesRankingLoss with the library's trainer (lr {st_baseline.LEARNING_RATE:g}, "
-        f"batch {st_baseline.BATCH_SIZE}) on the adaptation's own pairs for as many steps, no selection split or "
-        "WiSE-FT",
-        "tsdae": f"{METHODS['tsdae']}: DenoisingAutoEncoderLoss (tied decoder, {tsdae_baseline.DELETE_RATIO:.0%} of words "
-        f"deleted, lr {tsdae_baseline.LEARNING_RATE:g}, batch {tsdae_baseline.BATCH_SIZE}, constant schedule) on "
-        "the same documents for the minutes the adaptation's training took",
+        "st": f"{METHODS['st']}: MultipleNegativesRankingLoss with the library's trainer (lr {st.LEARNING_RATE:g}, "
+        f"batch {st.BATCH_SIZE}) on the adaptation's own pairs for as many steps, no selection split or WiSE-FT",
+        "tsdae": f"{METHODS['tsdae']}: DenoisingAutoEncoderLoss (tied decoder, {st.DELETE_RATIO:.0%} of words "
+        f"deleted, lr {st.TSDAE_LEARNING_RATE:g}, batch {st.TSDAE_BATCH_SIZE}, constant schedule) on the same "
+        "documents for the minutes the adaptation's training took",
     }
     setup = [
         f"{bench.seeds} seed{'s' if bench.seeds > 1 else ''} in {', '.join(bench.run_precisions())} on "
@@ -239,37 +223,23 @@ def report(
     notes = (
         "; ".join(setup) + ". nDCG@10: mean over seeds (relative change vs the base) [lowest, highest seed]."
     )
-    return Report(
-        name="adapt",
-        title="neoembed bench adapt",
-        tables=[
-            Table(summary, ["corpus", "model", *COLUMNS.values()], after=[notes]),
-            Table(
-                differences,
-                ["corpus", "comparison", *COLUMNS.values()],
-                after=[difference_note("the queries")],
-            ),
-            Table(per_run, ["model", *COLUMNS.values(), "steps", "train minutes", "adapt minutes"]),
-        ],
-        verdicts=verdicts,
-        payload={
-            "rows": per_run,
-            "summary": summary,
-            "differences": differences,
-            "scores": scores,
-            "runs": {arm.name: trained for arm, trained in runs.items()},
-            "bench": bench,
-        },  # fmt: skip
+    per_run_columns = ["model", *COLUMNS.values(), "steps", "train minutes", "adapt minutes"]
+    runs_by_name = {arm.name: trained for arm, trained in runs.items()}
+    return tables.report(
+        notes, "the queries", Table(per_run, per_run_columns), verdicts, False, runs=runs_by_name, bench=bench
     )
 
 
-def run_row(label: str, scores: dict, trained: Trained | None) -> Row:
-    figures = {column: scores[label].get(task) for task, column in COLUMNS.items()}
+def run_row(
+    label: str, seeded: SeedAverages, trained: Trained | None, cells: dict[str, str] | None = None
+) -> Row:
+    """`label`'s scores (under `cells`, where given), and a run's steps and minutes."""
+    figures: dict = {column: seeded.scores[label].get(task) for task, column in COLUMNS.items()}
     if trained is not None:
         figures |= {"steps": trained.steps, "train minutes": round(trained.train_minutes, 1)}
     if isinstance(trained, Adapted):
         figures["adapt minutes"] = round(trained.minutes, 1)
-    return Row({"model": label}, figures)
+    return Row({**(cells or {}), "model": label}, figures)
 
 
 def goal_checks(corpus: Corpus, group: Group, seeded: SeedAverages, runs: dict[Arm, Trained]) -> list[Check]:
@@ -285,31 +255,28 @@ def goal_checks(corpus: Corpus, group: Group, seeded: SeedAverages, runs: dict[A
             raise RunError(f"{label} or the base has no {task} score (see mteb/mteb_eval.jsonl)")
         return change
 
-    gains = [gain(arm.label, corpus.task) for arm in adapted]
-    mean_gain = sum(gains) / len(gains)
-    versus_base = seeded.compare(group.labels("adapt"), group.labels(None)).get(corpus.task)
+    def versus(method: str | None):
+        return seeded.compare(group.labels("adapt"), group.labels(method)).get(corpus.task)
+
+    mean_gain = sum(gain(arm.label, corpus.task) for arm in adapted) / len(adapted)
     checks = [
         Check(
             f"{where}: held-out retrieval >= {GAIN:+.0%} over the base, interval above 0",
-            mean_gain >= GAIN and above_zero(versus_base),
-            f"mean {mean_gain:+.2%}, {difference_cell(versus_base)} points",
+            mean_gain >= GAIN and above_zero(versus(None)),
+            f"mean {mean_gain:+.2%}, {difference_cell(versus(None))} points",
         )
     ]
     ahead = f"{where}: ahead of ST TSDAE, interval above 0"
     if "tsdae" in group.run_methods():
-        versus_tsdae = seeded.compare(group.labels("adapt"), group.labels("tsdae")).get(corpus.task)
-        checks.append(Check(ahead, above_zero(versus_tsdae), f"{difference_cell(versus_tsdae)} points"))
+        checks.append(Check(ahead, above_zero(versus("tsdae")), f"{difference_cell(versus('tsdae'))} points"))
     else:
         checks.append(Check(ahead, None, "not measured (--baselines left TSDAE out)"))
     for task in FORGETTING:
         worst = min(gain(arm.label, task) for arm in adapted)
         target = f"{where}: {COLUMNS[task]} within {FORGET:.1%} of the base in every seed"
         checks.append(Check(target, worst >= -FORGET, f"worst {worst:+.2%}"))
-    adaptations = []
-    for arm in adapted:
-        adaptation = runs[arm]
-        assert isinstance(adaptation, Adapted)  # `train_arm` trains or reuses an adapt arm as an `Adapted`
-        adaptations.append(adaptation)
+    # `train_arm` trains or reuses every adapt arm as an `Adapted`
+    adaptations = [adaptation for arm in adapted if isinstance(adaptation := runs[arm], Adapted)]
     longest = max(adaptation.minutes for adaptation in adaptations)
     target = f"{where}: adaptation under {MINUTES:g} minutes on {adaptations[0].documents:,} documents"
     figures = f"longest {longest:.1f} minutes (pairs, training, selection, export)"

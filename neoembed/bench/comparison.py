@@ -1,28 +1,26 @@
 """The seeded comparison behind `bench contrastive` and `bench adapt`, as `training.job` is for trainers: arms
 (method x precision x seed, per corpus where there are several) trained or reused from a finished run, scored
-in one mteb run, each method's seeds as one model with its spread, and methods compared by a paired bootstrap
-over the queries of their seed-averaged per-query scores (`significance.mean_of`). A bench declares its arms,
-how each trains, its groups and its targets."""
+in one mteb run, each method's seeds as one model with its spread (one run is an anecdote), and methods
+compared by a paired bootstrap over the queries of their seed-averaged per-query scores
+(`significance.mean_of`). A bench declares its arms, how each trains, its groups and its targets."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
-from neoembed.bench.report import Row, met_text
+from neoembed.bench.report import Report, Row, Table, met_text
 from neoembed.bench.st_baseline import Trained
 from neoembed.run_files import write_json
 
 if TYPE_CHECKING:
     from neoembed.evaluation import Difference, RowInput
 
-T = TypeVar("T", bound=Trained)  # what a reused run recorded
-# A score exactly at a bound meets it despite float rounding.
-EPSILON = 1e-9
+EPSILON = 1e-9  # a score exactly at a bound meets it despite float rounding
 Scores = dict[str, dict[str, float | None]]  # model label -> task -> main score in [0, 1]
 AVERAGE = "Average"  # the row `compare_pair` adds: the mean over the tasks
 
@@ -62,17 +60,19 @@ def relative(score: float | None, reference: float | None) -> float | None:
     return score / reference - 1 if score is not None and reference else None
 
 
-def above_zero(difference) -> bool:
+def above_zero(difference: Difference | None) -> bool:
     """Whether a paired difference's interval lies above 0."""
     return difference is not None and difference.low is not None and difference.low > 0
 
 
-def difference_note(over: str) -> str:
-    """The paragraph under a table of `Group.difference_rows`; `over`: what the bootstrap resamples."""
-    return (
-        "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
-        f"bootstrap over {over}; * where the interval excludes 0."
-    )
+def difference_cell(d: Difference | None) -> str:
+    """A paired difference in points (x 100) with its 95% interval, starred where it excludes 0."""
+    if d is None:
+        return "n/a"
+    if d.low is None or d.high is None:  # both None together: no interval
+        return f"{100 * d.difference:+.2f}"
+    star = "*" if d.low > 0 or d.high < 0 else ""
+    return f"{100 * d.difference:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}]{star}"
 
 
 def train_and_score(
@@ -85,46 +85,31 @@ def train_and_score(
 ) -> tuple[dict[Arm, Trained], SeedAverages]:
     """Each arm trained or reused in order (`train` sees the runs before it: a baseline may take its budget
     from them), then the `fixed` models (row label -> what mteb-eval loads; the first is the one the
-    harness's paired differences are against) and every run scored in one mteb run under `out`/mteb."""
+    harness's paired differences are against) and every run scored in one mteb run under `out`/mteb, on the
+    local tasks that `columns` (task -> its column in the tables) names."""
+    import neoembed.evaluation as evaluation
+
     runs: dict[Arm, Trained] = {}
     for arm in arms:
         runs[arm] = train(arm, runs)
     models = {**fixed, **{arm.label: trained.export for arm, trained in runs.items()}}
-    return runs, SeedAverages.evaluate(models, columns, max_length, out / "mteb")
+    settings = evaluation.EvalSettings(max_length=max_length)
+    specs = dict(zip(models, evaluation.resolve_models(list(models.values()), settings)))
+    tasks = [evaluation.LOCAL_TASKS[task]() for task in columns]
+    summary = evaluation.run_evaluation(list(specs.values()), tasks, settings, out / "mteb").summary
+    saved = evaluation.saved_row_inputs(list(specs.values()), summary, out / "mteb")
+    scores = {label: summary.scores[spec.label] for label, spec in specs.items()}
+    return runs, SeedAverages(scores, {label: saved[spec.label] for label, spec in specs.items()}, columns)
 
 
+@dataclass
 class SeedAverages:
-    """The evaluated runs of a bench, by row label: their scores, and per-query inputs for the bootstrap.
-    `columns` maps each task to its column in the tables."""
+    """The evaluated runs of a bench, by row label: their scores, and per-query inputs for the bootstrap."""
 
-    def __init__(
-        self, scores: Scores, inputs: dict[str, dict[str, RowInput]], columns: dict[str, str]
-    ) -> None:
-        self.scores, self.inputs, self.columns = scores, inputs, columns
-        self._compared: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, Difference]] = {}
-
-    @classmethod
-    def evaluate(
-        cls, models: dict[str, str], columns: dict[str, str], max_length: int, out: Path
-    ) -> SeedAverages:
-        """Every model of `models` (row label -> what `mteb-eval --model` loads; the first is the one the
-        harness's paired differences are against) scored in one mteb run under `out` on the local tasks that
-        `columns` names."""
-        from neoembed.evaluation import (
-            LOCAL_TASKS,
-            EvalSettings,
-            resolve_models,
-            run_evaluation,
-            saved_row_inputs,
-        )
-
-        settings = EvalSettings(max_length=max_length)
-        specs = dict(zip(models, resolve_models(list(models.values()), settings)))
-        tasks = [LOCAL_TASKS[task]() for task in columns]
-        summary = run_evaluation(list(specs.values()), tasks, settings, out).summary
-        saved = saved_row_inputs(list(specs.values()), summary, out)
-        scores = {label: summary.scores[spec.label] for label, spec in specs.items()}
-        return cls(scores, {label: saved[spec.label] for label, spec in specs.items()}, columns)
+    scores: Scores
+    inputs: dict[str, dict[str, RowInput]]
+    columns: dict[str, str]  # task -> its column in the tables
+    _compared: dict[tuple[tuple[str, ...], ...], dict[str, Difference]] = field(default_factory=dict)
 
     def summary_cells(self, labels: list[str], reference: str | None) -> dict[str, str]:
         """Column -> the mean of the runs in `labels` (relative change vs `reference`'s score, where given)
@@ -161,22 +146,6 @@ class SeedAverages:
             self._compared[key] = {difference.row: difference for difference in found}
         return self._compared[key]
 
-    def difference_cells(self, ours: list[str], theirs: list[str]) -> dict[str, str]:
-        """Column (and "mean", the average over the tasks) -> `difference_cell` of `compare(ours, theirs)`."""
-        found = self.compare(ours, theirs)
-        cells = {column: difference_cell(found.get(task)) for task, column in self.columns.items()}
-        return cells | {"mean": difference_cell(found.get(AVERAGE))}
-
-
-def difference_cell(d: Difference | None) -> str:
-    """A paired difference in points (x 100) with its 95% interval, starred where it excludes 0."""
-    if d is None:
-        return "n/a"
-    if d.low is None or d.high is None:  # both None together: no interval
-        return f"{100 * d.difference:+.2f}"
-    star = "*" if d.low > 0 or d.high < 0 else ""
-    return f"{100 * d.difference:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}]{star}"
-
 
 @dataclass(frozen=True)
 class Group:
@@ -210,26 +179,60 @@ class Group:
         return rows
 
     def difference_rows(self, seeded: SeedAverages) -> list[Row]:
-        """The paired difference of each comparison whose methods ran."""
+        """The paired difference of each comparison whose methods ran: column (and "mean", over the tasks)
+        -> `difference_cell`."""
         run, rows = set(self.run_methods()), []
         for method, other in self.comparisons:
             if {method, other} - {None} <= run:
                 comparison = f"{self.methods[method]} - {self.methods[other] if other else 'base'}"
                 comparison += f" ({self.precision})" if self.precision else ""
-                cells = seeded.difference_cells(self.labels(method), self.labels(other))
+                found = seeded.compare(self.labels(method), self.labels(other))
+                cells = {column: difference_cell(found.get(task)) for task, column in seeded.columns.items()}
+                cells["mean"] = difference_cell(found.get(AVERAGE))
                 rows.append(Row({**self.cells, "comparison": comparison}, cells))
         return rows
 
 
-# Without `kind` the result is a `Trained` (mypy cannot type a default for a TypeVar parameter).
-@overload
-def reuse_or_train(
-    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], Trained]
-) -> Trained: ...
-@overload
-def reuse_or_train(
-    run_dir: Path, identity: dict[str, Any], fresh: bool, train: Callable[[], T], kind: type[T]
-) -> T: ...
+@dataclass
+class Tables:
+    """The standard report of a seeded comparison: per group (labelled by `key`) the fixed models' rows and
+    each method's seed means, their paired differences, then a table of every run and the targets."""
+
+    name: str  # the bench's: `neoembed bench <name>`, <out>/<name>.json and .md
+    key: str
+    seeded: SeedAverages
+    summary: list[Row] = field(default_factory=list)
+    differences: list[Row] = field(default_factory=list)
+
+    def add(self, group: Group, fixed: list[Row]) -> None:
+        self.summary += [*fixed, *group.summary_rows(self.seeded)]
+        self.differences += group.difference_rows(self.seeded)
+
+    def report(
+        self, notes: str, over: str, per_run: Table, verdicts: list[str], mean: bool, **payload: object
+    ) -> Report:
+        """`notes` under the seed means; `over`: what the bootstrap resamples; `mean`: whether the
+        differences show the mean over the tasks; `payload`: the JSON's figures after the tables'."""
+        columns = list(self.seeded.columns.values())
+        paired = (
+            "Paired differences in points (x 100) of the seed-averaged scores, with the 95% interval of a paired "
+            f"bootstrap over {over}; * where the interval excludes 0."
+        )
+        differences = [self.key, "comparison", *columns, *(["mean"] if mean else [])]
+        figures = {"rows": per_run.rows, "summary": self.summary, "differences": self.differences}
+        return Report(
+            name=self.name,
+            title=f"neoembed bench {self.name}",
+            tables=[
+                Table(self.summary, [self.key, "model", *columns], after=[notes]),
+                Table(self.differences, differences, after=[paired]),
+                per_run,
+            ],
+            verdicts=verdicts,
+            payload={**figures, "scores": self.seeded.scores, **payload},
+        )
+
+
 def reuse_or_train(
     run_dir: Path,
     identity: dict[str, Any],
@@ -260,9 +263,10 @@ def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
     """What a neoembed arm trains (its recipe, dumped), not where it is written or its corpus file lies (the
     caller identifies the corpus by content): a bench directory renamed, or an arm linked in from another
     one, is reused."""
-    train = {k: v for k, v in recipe["train"].items() if k != "output_dir"}
-    export = {k: v for k, v in recipe["export"].items() if k != "path"}
-    located = {"train": train, "export": export}
+    located = {
+        "train": {k: v for k, v in recipe["train"].items() if k != "output_dir"},
+        "export": {k: v for k, v in recipe["export"].items() if k != "path"},
+    }
     if "corpus" in recipe:  # an adapt recipe
         located["corpus"] = {k: v for k, v in recipe["corpus"].items() if k not in ("path", "eval_texts")}
     return {**recipe, **located}

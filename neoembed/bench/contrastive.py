@@ -1,9 +1,7 @@
 """`neoembed bench contrastive`: neoembed's shipped CPU recipe against plain sentence-transformers, each
 fine-tuning the same base model on the same default WordNet build with the same budget, seed and precision, in
 every precision the machine trains in and over several seeds, all scored with BM25 and the base model in one
-mteb run (`neoembed.evaluation.runner`). One run is an anecdote: each result is the mean over seeds with its
-spread, and each comparison a paired bootstrap over the tasks' queries of the seed-averaged scores
-(`significance.mean_of`). `goal_checks` holds the recipe to its targets.
+mteb run, as `bench.comparison` compares. `goal_checks` holds the recipe to its targets.
 
 - Data: the build contrastive-cpu's header makes (`build-data --sources wordnet,manpages`: every WordNet pair
   kind and the manual pages, mined negatives), at most `rows` rows a source, built once under the output
@@ -22,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from itertools import product
 from pathlib import Path
 
 import torch
@@ -35,13 +34,13 @@ from neoembed.bench.comparison import (
     Group,
     Scores,
     SeedAverages,
-    difference_note,
+    Tables,
     recipe_identity,
     relative,
     reuse_or_train,
     train_and_score,
 )
-from neoembed.bench.report import Report, Row, Table, WrittenReport, write_report
+from neoembed.bench.report import Row, Table, WrittenReport, write_report
 from neoembed.bench.settings import ContrastiveBench
 from neoembed.bench.st_baseline import Trained
 from neoembed.contrastive import ContrastiveSettings
@@ -62,12 +61,10 @@ COLUMNS = {
 # The targets the neoembed recipe is held to (see `goal_checks`), as relative gains over the base model.
 FOLDOC_GAIN = 0.01  # mean over runs on the cross-source set (and no run below the base)
 EXAMPLE_GAIN = 0.08  # mean over runs on WordNet example -> definition
-METHODS = {
-    "neoembed": "neoembed",
-    "st": "ST MNRL",
-    "neobert": "NeoBERT neoembed",
-}  # method -> its name in tables
+# method -> its name in tables
+METHODS = {"neoembed": "neoembed", "st": "ST MNRL", "neobert": "NeoBERT neoembed"}
 COMPARISONS = (("neoembed", None), ("st", None), ("neoembed", "st"))
+DEFAULT_SOURCES = ("wordnet", "manpages")  # the build contrastive-cpu's header says to make
 
 
 def _field(select: Callable[[ContrastiveSettings], object]) -> str:
@@ -76,48 +73,37 @@ def _field(select: Callable[[ContrastiveSettings], object]) -> str:
 
 
 def goal_checks(scores: Scores, base: str, runs: list[str], versus_st) -> list[Check]:
-    """The recipe's targets over `scores` (label -> task -> main score in [0, 1]) of the base model and the
-    recipe's `runs` (every seed and precision), and `versus_st`: the paired difference (a
-    `significance.Difference`, or None) of the recipe's seed-averaged scores minus the baseline's, on the
-    mean of the held-out tasks."""
+    """The recipe's targets over `scores` of the base model and the recipe's `runs` (every seed and precision),
+    and `versus_st`: the paired difference (a `significance.Difference`, or None) of the recipe's
+    seed-averaged scores minus the baseline's, on the mean of the held-out tasks."""
 
     def gains(task: str) -> list[float | None]:
         return [relative(scores[run].get(task), scores[base].get(task)) for run in runs]
 
-    def mean_gain(target: str, task: str, bound: float) -> Check:
-        found = [g for g in gains(task) if g is not None]
+    def mean_gain(name: str, task: str, bound: float) -> Check:
+        target = f"neoembed's mean {name} gain >= {bound:+.0%}"
+        found = [gain for gain in gains(task) if gain is not None]
         if not found or len(found) < len(runs):
             return Check(target, False, "a score is missing (see mteb/mteb_eval.jsonl)")
         mean = sum(found) / len(found)
         return Check(target, mean >= bound - EPSILON, f"mean {mean:+.2%} over {len(found)} runs")
 
-    foldoc = gains(FOLDOC_TASK)
-    below = [run for run, g in zip(runs, foldoc) if g is None or g < 0]
-    every_run = Check(
-        "neoembed's FOLDOC nDCG@10 >= the base model's in every run",
-        bool(runs) and not below,
-        f"{len(runs) - len(below)}/{len(runs)} runs" + (f"; below: {', '.join(below)}" if below else ""),
-    )
+    below = [run for run, gain in zip(runs, gains(FOLDOC_TASK)) if gain is None or gain < 0]
+    counted = f"{len(runs) - len(below)}/{len(runs)} runs" + (f"; below: {', '.join(below)}" if below else "")
+    every_run = "neoembed's FOLDOC nDCG@10 >= the base model's in every run"
     ahead = "neoembed ahead of the ST baseline on the held-out mean, interval above 0"
     if versus_st is None or versus_st.low is None:
-        ahead_check = Check(ahead, False, "no paired interval (per-query predictions missing)")
+        versus = Check(ahead, False, "no paired interval (per-query predictions missing)")
     else:
         low, high = 100 * versus_st.low, 100 * versus_st.high
         figures = f"{100 * versus_st.difference:+.2f} points [{low:+.2f}, {high:+.2f}]"
-        ahead_check = Check(ahead, versus_st.low > 0, figures)
+        versus = Check(ahead, versus_st.low > 0, figures)
     return [
-        every_run,
-        mean_gain(f"neoembed's mean FOLDOC gain >= {FOLDOC_GAIN:+.0%}", FOLDOC_TASK, FOLDOC_GAIN),
-        mean_gain(
-            f"neoembed's mean WordNet example->definition gain >= {EXAMPLE_GAIN:+.0%}",
-            EXAMPLE_TASK,
-            EXAMPLE_GAIN,
-        ),  # fmt: skip
-        ahead_check,
+        Check(every_run, bool(runs) and not below, counted),
+        mean_gain("FOLDOC", FOLDOC_TASK, FOLDOC_GAIN),
+        mean_gain("WordNet example->definition", EXAMPLE_TASK, EXAMPLE_GAIN),
+        versus,
     ]
-
-
-DEFAULT_SOURCES = ("wordnet", "manpages")  # the build contrastive-cpu's header says to make
 
 
 def default_build(out: Path, rows: int) -> Path:
@@ -204,19 +190,19 @@ class Trial:
         bench, run_dir = self.bench, self.bench.out / arm.name
         budget = st_baseline.Budget(self.steps, bench.minutes, arm.seed, arm.precision)
         if arm.method == "st":
+            settings = [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE, st_baseline.WARMUP]
             identity = {"base": bench.model, "data": self.data_id, "budget": asdict(budget),
-                        "threads": bench.threads, "max_length": self.max_length,
-                        "settings": [st_baseline.LEARNING_RATE, st_baseline.BATCH_SIZE, st_baseline.WARMUP]}  # fmt: skip
+                        "threads": bench.threads, "max_length": self.max_length, "settings": settings}  # fmt: skip
             export = run_dir / f"{arm.name}-model"
             return reuse_or_train(run_dir, identity, bench.fresh, lambda: st_baseline.train(
                 bench.model, self.data, run_dir, export, budget, self.max_length))  # fmt: skip
         model = bench.neobert if arm.method == "neobert" else bench.model
         assert model is not None  # a neobert arm runs only with --neobert
-        settings = neoembed_settings(
+        recipe = neoembed_settings(
             self.recipe, model, self.data, run_dir, budget, bench.threads, self.overrides
         )
-        identity = {"recipe": recipe_identity(settings.model_dump(mode="json")), "data": self.data_id}
-        return reuse_or_train(run_dir, identity, bench.fresh, lambda: train_neoembed(settings))
+        identity = {"recipe": recipe_identity(recipe.model_dump(mode="json")), "data": self.data_id}
+        return reuse_or_train(run_dir, identity, bench.fresh, lambda: train_neoembed(recipe))
 
 
 def run(bench: ContrastiveBench) -> WrittenReport:
@@ -235,9 +221,8 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     steps = None if bench.minutes else bench.steps or shipped.train.max_steps
     trial = Trial(bench, recipe, overrides, data, data_identity(data), steps, shipped.model.max_length)
     methods = ["neoembed", "st"] + (["neobert"] if bench.neobert else [])
-    arms = [
-        trial.arm(m, p, seed) for p in bench.run_precisions() for seed in range(bench.seeds) for m in methods
-    ]
+    grid = product(bench.run_precisions(), range(bench.seeds), methods)
+    arms = [trial.arm(method, precision, seed) for precision, seed, method in grid]
     base_row = f"{Path(bench.model).name} (base)"
     fixed = {
         base_row: bench.model,
@@ -248,31 +233,26 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     return write_report(report(trial, runs, seeded, base_row), bench.out)
 
 
-def report(trial: Trial, runs: dict[Arm, Trained], seeded: SeedAverages, base_row: str) -> Report:
+def report(trial: Trial, runs: dict[Arm, Trained], seeded: SeedAverages, base_row: str):
     """Seed means per precision (and over all of them), their paired differences, every run, the targets."""
     bench, scores, precisions = trial.bench, seeded.scores, trial.bench.run_precisions()
     groups = {p: [arm for arm in runs if arm.precision == p] for p in precisions}
     if len(precisions) > 1:
         groups["all"] = list(runs)
-    summary, differences = [], []
+    tables = Tables("contrastive", "group", seeded)
     for name, arms in groups.items():
-        group = Group({"group": name}, arms, base_row, METHODS, COMPARISONS)
-        summary += [
-            Row(
-                {"group": name, "model": base_row},
-                {c: f"{scores[base_row][t]:.4f}" for t, c in COLUMNS.items()},
-            )
-        ]
-        summary += group.summary_rows(seeded)
-        differences += group.difference_rows(seeded)
-    versus_st = seeded.compare(group.labels("neoembed"), group.labels("st")).get(
-        AVERAGE
-    )  # the last group: every run
+        base = Row(
+            {"group": name, "model": base_row}, {c: f"{scores[base_row][t]:.4f}" for t, c in COLUMNS.items()}
+        )
+        tables.add(group := Group({"group": name}, arms, base_row, METHODS, COMPARISONS), [base])
+    # the last group: every run
+    versus_st = seeded.compare(group.labels("neoembed"), group.labels("st")).get(AVERAGE)
     ours = [arm.label for arm in runs if arm.method == "neoembed"]
     checks = goal_checks(scores, base_row, ours, versus_st)
     fixed = ["BM25", base_row, *(["NeoBERT (base)"] if bench.neobert else [])]
     per_run = [table_row(label, scores, None, None) for label in fixed]
     per_run += [table_row(arm.label, scores, arm.from_base, trained) for arm, trained in runs.items()]
+    met = f"Recipe targets ({sum(c.met is True for c in checks)}/{len(checks)} met):"
     budget = f"{trial.steps} steps" if trial.steps else f"{bench.minutes:g} minutes of steps"
     lr = f"{st_baseline.LEARNING_RATE:.0e}".replace("e-0", "e-")  # 5e-5, as the committed tables write it
     notes = (
@@ -283,36 +263,22 @@ def report(trial: Trial, runs: dict[Arm, Trained], seeded: SeedAverages, base_ro
         f"steps, precision and training length ({trial.max_length} tokens). Scores: mean over the runs "
         "(relative change vs the base) [lowest, highest run]."
     )
-    per_query = difference_note("each task's queries (all tasks' queries for the mean)")
-    return Report(
-        name="contrastive",
-        title="neoembed bench contrastive",
-        tables=[
-            Table(summary, ["group", "model", *COLUMNS.values()], after=[notes]),
-            Table(differences, ["group", "comparison", *COLUMNS.values(), "mean"], after=[per_query]),
-            Table(
-                per_run,
-                ["model", *COLUMNS.values(), "steps", "train minutes"],
-                after=[f"Recipe targets ({sum(c.met is True for c in checks)}/{len(checks)} met):"],
-            ),  # fmt: skip
-        ],
-        verdicts=[check.line() for check in checks],
-        payload={
-            "rows": per_run,
-            "summary": summary,
-            "differences": differences,
-            "scores": scores,
-            "checks": checks,
-            "runs": {arm.name: trained for arm, trained in runs.items()},
-            "data": str(trial.data),
-            "recipe": str(trial.recipe),
-            "overrides": trial.overrides,
-            "steps": trial.steps,
-            "minutes": bench.minutes,
-            "seeds": bench.seeds,
-            "precisions": list(precisions),
-            "threads": bench.threads,
-        },  # fmt: skip
+    return tables.report(
+        notes,
+        "each task's queries (all tasks' queries for the mean)",
+        Table(per_run, ["model", *COLUMNS.values(), "steps", "train minutes"], after=[met]),
+        [check.line() for check in checks],
+        mean=True,
+        checks=checks,
+        runs={arm.name: trained for arm, trained in runs.items()},
+        data=str(trial.data),
+        recipe=str(trial.recipe),
+        overrides=trial.overrides,
+        steps=trial.steps,
+        minutes=bench.minutes,
+        seeds=bench.seeds,
+        precisions=list(precisions),
+        threads=bench.threads,
     )
 
 
@@ -326,8 +292,9 @@ def table_row(label: str, scores: Scores, from_base: str | None, trained: Traine
         reference = scores[from_base].get(task) if from_base else None
         return f"{score:.4f} ({score / reference - 1:+.1%})" if reference else f"{score:.4f}"
 
-    return Row({"model": label}, {
-        **{column: cell(task) for task, column in COLUMNS.items()},
-        "steps": trained.steps if trained else "",
-        "train minutes": f"{trained.train_minutes:.1f}" if trained else "",
-    })  # fmt: skip
+    figures = {column: cell(task) for task, column in COLUMNS.items()}
+    if trained is None:
+        return Row({"model": label}, {**figures, "steps": "", "train minutes": ""})
+    return Row(
+        {"model": label}, {**figures, "steps": trained.steps, "train minutes": f"{trained.train_minutes:.1f}"}
+    )

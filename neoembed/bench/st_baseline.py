@@ -1,20 +1,28 @@
-"""The plain sentence-transformers baseline of `neoembed bench contrastive`: the library's trainer and
-MultipleNegativesRankingLoss on a build's (query, positive) pairs, as a user of the library would write it.
+"""The plain sentence-transformers baselines of the seeded benches, as a user of the library would write them.
 
-Only the learning rate (5e-5), batch size (64) and warmup (10% of the schedule) are set, besides the bench's
-budget (steps or minutes), seed, precision and the recipe's training length (`model.max_length`: the same tokens
-a step for both, where the library's 256 made a step on the manual pages 4x dearer); everything else is the
-library's default (linear decay, its batch sampler), and the saved model declares its own max length again. The mined
-negatives of the records are left out: plain in-batch negatives. The bench's time budget and metrics file are
-callbacks, which do not change what a step does.
+`bench contrastive`: the library's trainer and MultipleNegativesRankingLoss on a build's (query, positive)
+pairs. Only the learning rate (5e-5), batch size (64) and warmup (10% of the schedule) are set, besides the
+bench's budget (steps or minutes), seed, precision and the recipe's training length (`model.max_length`: the
+same tokens a step for both, where the library's 256 made a step on the manual pages 4x dearer); everything else
+is the library's default (linear decay, its batch sampler), and the saved model declares its own max length
+again. The mined negatives of the records are left out: plain in-batch negatives. The bench's time budget and
+metrics file are callbacks, which do not change what a step does.
+
+`bench adapt`: TSDAE (Wang et al. 2021), the library's answer to "documents and no labels", as its
+documentation writes it: `DenoisingAutoEncoderLoss` with the decoder tied to the encoder, inputs with 60% of
+their words deleted, learning rate 3e-5, batch 8, constant schedule. The deletion is done here on whitespace
+words: the library's `DenoisingAutoEncoderDataset` tokenises with nltk's punkt model, which is downloaded at
+run time (not possible offline) and not a dependency.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neoembed.contrastive import SetScores
 
@@ -24,6 +32,9 @@ if TYPE_CHECKING:
 LEARNING_RATE = 5e-5
 BATCH_SIZE = 64
 WARMUP = 0.1  # transformers 5 reads a warmup_steps below 1 as a fraction of the schedule
+TSDAE_LEARNING_RATE = 3e-5
+TSDAE_BATCH_SIZE = 8
+DELETE_RATIO = 0.6
 
 
 @dataclass(frozen=True)
@@ -71,12 +82,10 @@ def fit(
     callbacks: Sequence[TrainerCallback] = (),
     **arguments,
 ) -> Trained:
-    """`base` trained with the library's trainer on `dataset` and the loss `make_loss(model)`, within `budget`
-    (its steps or minutes, seed and precision; checkpoints and metrics.jsonl in `out`), on inputs cut at
-    `max_length` tokens, saved to `export` (None: not saved) declaring its own max length again.
-    `callbacks`: the caller's, beside the metrics log (a bench's step clock); `arguments`: the method's own
-    training arguments (learning rate, batch size, schedule). Returns the steps taken, the trainer's runtime
-    in minutes, and `export`."""
+    """`base` trained with the library's trainer on `dataset` and the loss `make_loss(model)` within `budget`
+    (checkpoints and metrics.jsonl in `out`), on inputs cut at `max_length` tokens, saved to `export` (None:
+    not saved). `callbacks`: the caller's, beside the metrics log (a bench's step clock); `arguments`: the
+    method's own training arguments (learning rate, batch size, schedule)."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
     from neoembed.embedder import load_embedder
@@ -93,14 +102,9 @@ def fit(
         **precision_arguments(budget.precision),
         **arguments,
     )
-    trainer = SentenceTransformerTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        loss=make_loss(model),
-        callbacks=[MetricsLog(out / METRICS_FILE), *callbacks]
-        + ([TimeBudget(budget.minutes)] if budget.minutes else []),
-    )
+    budgets = [TimeBudget(budget.minutes)] if budget.minutes else []
+    callbacks = [MetricsLog(out / METRICS_FILE), *callbacks, *budgets]
+    trainer = SentenceTransformerTrainer(model, args, dataset, loss=make_loss(model), callbacks=callbacks)
     result = trainer.train()
     model.max_seq_length = declared
     if export is not None:
@@ -112,15 +116,33 @@ def train(base: str, data: Path, out: Path, export: Path, budget: Budget, max_le
     """MultipleNegativesRankingLoss on the build in `data` (`fit`)."""
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    return fit(
-        base,
-        pairs(data),
-        MultipleNegativesRankingLoss,
-        out,
-        export,
-        budget,
-        max_length,
-        learning_rate=LEARNING_RATE,
-        per_device_train_batch_size=BATCH_SIZE,
-        warmup_steps=WARMUP,
+    arguments: dict[str, Any] = {
+        "learning_rate": LEARNING_RATE,
+        "per_device_train_batch_size": BATCH_SIZE,
+        "warmup_steps": WARMUP,
+    }
+    return fit(base, pairs(data), MultipleNegativesRankingLoss, out, export, budget, max_length, **arguments)
+
+
+def delete_words(text: str, rng: random.Random) -> str:
+    """`text` with each word deleted with probability DELETE_RATIO (one word kept at least)."""
+    words = text.split()
+    kept = [word for word in words if rng.random() >= DELETE_RATIO]
+    return " ".join(kept) if kept else rng.choice(words)
+
+
+def train_tsdae(
+    base: str, documents: list[str], out: Path, export: Path, budget: Budget, max_length: int
+) -> Trained:
+    """TSDAE on `documents` within `budget` (`fit`)."""
+    from datasets import Dataset
+    from sentence_transformers.sentence_transformer.losses import DenoisingAutoEncoderLoss
+
+    rng = random.Random(budget.seed)
+    dataset = Dataset.from_dict({"damaged": [delete_words(d, rng) for d in documents], "original": documents})
+    loss = partial(DenoisingAutoEncoderLoss, tie_encoder_decoder=True)
+    schedule = dict(lr_scheduler_type="constant", save_strategy="no")  # and no checkpoints
+    arguments: dict[str, Any] = dict(
+        learning_rate=TSDAE_LEARNING_RATE, per_device_train_batch_size=TSDAE_BATCH_SIZE, **schedule
     )
+    return fit(base, dataset, loss, out, export, budget, max_length, **arguments)
