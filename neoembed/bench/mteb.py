@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 import torch
@@ -24,30 +26,27 @@ COLUMNS = ["task", "texts", "harness_s", "harness_texts_per_s", "direct_s", "dir
            "in_run_overhead"]  # fmt: skip
 
 
-class _RecordingEncoder:
-    """Wraps `model.encode` (encode_query/encode_document go through it) to record each call's texts and the
-    time spent inside it, so a harness run can be replayed as direct calls and split into encode vs the rest."""
+@contextmanager
+def recording(model) -> Iterator[dict]:
+    """`model.encode` (encode_query/encode_document go through it) recording each call's texts and the time
+    spent inside it, so a harness run can be replayed as direct calls and split into encode vs the rest."""
+    record: dict = {"calls": [], "encode_s": 0.0}
+    real_encode = model.encode
 
-    def __init__(self, model):
-        self.model, self.calls, self.encode_s = model, [], 0.0
+    def recording_encode(*args, **kwargs):
+        texts = args[0] if args else kwargs.get("inputs", kwargs.get("sentences"))
+        record["calls"].append([texts] if isinstance(texts, str) else list(texts))
+        start = time.perf_counter()
+        try:
+            return real_encode(*args, **kwargs)
+        finally:
+            record["encode_s"] += time.perf_counter() - start
 
-    def __enter__(self):
-        real_encode = self.model.encode
-
-        def recording_encode(*args, **kwargs):
-            texts = args[0] if args else kwargs.get("inputs", kwargs.get("sentences"))
-            self.calls.append([texts] if isinstance(texts, str) else list(texts))
-            start = time.perf_counter()
-            try:
-                return real_encode(*args, **kwargs)
-            finally:
-                self.encode_s += time.perf_counter() - start
-
-        self.model.encode = recording_encode
-        return self
-
-    def __exit__(self, *exc):
-        del self.model.encode  # back to the class method
+    model.encode = recording_encode
+    try:
+        yield record
+    finally:
+        del model.encode  # back to the class method
 
 
 def overhead_row(task: str, texts: int, harness_s: float, direct_s: float, encode_s: float) -> Row:
@@ -60,16 +59,15 @@ def overhead_row(task: str, texts: int, harness_s: float, direct_s: float, encod
     })  # fmt: skip
 
 
-def run(bench: MtebBench) -> WrittenReport:
+def measure(bench: MtebBench) -> tuple[list[Row], dict[str, float]]:
+    """Each local task's row, best of `bench.repeats` each way, the two sides alternated so that load
+    changes on a shared machine hit both; and the 1-minute load average before and after."""
     from neoembed.mteb_setup import mteb
 
     from neoembed.evaluation import LOCAL_TASKS, EvalSettings, heldout_synsets, load_model, resolve_model
 
-    model_name, batch_size, repeats, threads = bench.model, bench.batch_size, bench.repeats, bench.threads
-    torch.set_num_threads(threads)
-    settings = EvalSettings(batch_size=batch_size)
-    wrapper = load_model(resolve_model(model_name, settings), settings)
-    st_model = wrapper.model
+    settings = EvalSettings(batch_size=bench.batch_size)
+    wrapper = load_model(resolve_model(bench.model, settings), settings)
     heldout_synsets()  # read WordNet once, as any run after the first task does
     load_before = os.getloadavg()[0]
     options = dict(
@@ -78,44 +76,40 @@ def run(bench: MtebBench) -> WrittenReport:
 
     def direct(calls: list[list[str]]) -> None:  # the harness's calls, same texts and batch size, without it
         for call in calls:
-            st_model.encode(call, batch_size=batch_size, show_progress_bar=False)
+            wrapper.model.encode(call, batch_size=bench.batch_size, show_progress_bar=False)
 
     def harness(task_class: type) -> None:  # one run of the task through mteb
         mteb.evaluate(wrapper, task_class(), **options)
 
-    rows: list[Row] = []
+    rows = []
     for name, task_class in LOCAL_TASKS.items():
         harness_s = direct_s = float("inf")
-        for _ in range(repeats):  # alternate the two sides so load changes on a shared machine hit both
-            with _RecordingEncoder(st_model) as recorder:
+        for _ in range(bench.repeats):
+            with recording(wrapper.model) as record:
                 elapsed = timed(partial(harness, task_class))
             if elapsed < harness_s:
-                harness_s, encode_s = elapsed, recorder.encode_s
-            direct_s = min(direct_s, timed(partial(direct, recorder.calls)))
-        rows.append(overhead_row(name, sum(map(len, recorder.calls)), harness_s, direct_s, encode_s))
+                harness_s, encode_s = elapsed, record["encode_s"]
+            direct_s = min(direct_s, timed(partial(direct, record["calls"])))
+        rows.append(overhead_row(name, sum(map(len, record["calls"])), harness_s, direct_s, encode_s))
+    return rows, {"before": load_before, "after": os.getloadavg()[0]}
+
+
+def run(bench: MtebBench) -> WrittenReport:
+    torch.set_num_threads(bench.threads)
+    rows, load = measure(bench)
     texts = sum(int(row.number("texts")) for row in rows)
     summed = (sum(row.number(f) for row in rows) for f in ("harness_s", "direct_s", "encode_in_harness_s"))
     rows.append(total := overhead_row("all local tasks", texts, *summed))
-    load = {"before": load_before, "after": os.getloadavg()[0]}
     overhead, in_run_overhead = total.number("overhead"), total.number("in_run_overhead")
-    report = Report(
-        name="mteb",
-        title="bench mteb",
-        tables=[Table(rows, COLUMNS)],
-        verdicts=[
-            f"harness overhead over all local tasks: {100 * overhead:.1f}% vs direct encode "
-            f"({meets(overhead < TARGET_OVERHEAD)} the <{100 * TARGET_OVERHEAD:.0f}% target); time "
-            f"outside model.encode within the same harness runs: {100 * in_run_overhead:.1f}%; model "
-            f"{model_name}, batch {batch_size}, best of {repeats}, {threads} threads, 1-min load average "
-            f"{load['before']:.1f} -> {load['after']:.1f}"
-        ],
-        payload={
-            "model": model_name,
-            "batch_size": batch_size,
-            "repeats": repeats,
-            "load_average": load,
-            "rows": rows,
-            "target_overhead": TARGET_OVERHEAD,
-        },  # fmt: skip
+    verdict = (
+        f"harness overhead over all local tasks: {100 * overhead:.1f}% vs direct encode "
+        f"({meets(overhead < TARGET_OVERHEAD)} the <{100 * TARGET_OVERHEAD:.0f}% target); time "
+        f"outside model.encode within the same harness runs: {100 * in_run_overhead:.1f}%; model "
+        f"{bench.model}, batch {bench.batch_size}, best of {bench.repeats}, {bench.threads} threads, 1-min load "
+        f"average {load['before']:.1f} -> {load['after']:.1f}"
     )
-    return write_report(report, bench.out)
+    settings = {"model": bench.model, "batch_size": bench.batch_size, "repeats": bench.repeats}
+    payload = {**settings, "load_average": load, "rows": rows, "target_overhead": TARGET_OVERHEAD}
+    return write_report(
+        Report("mteb", "bench mteb", payload, [Table(rows, COLUMNS)], verdicts=[verdict]), bench.out
+    )
