@@ -95,13 +95,11 @@ class WrittenReport:
     markdown_path: Path
 
 
-def meets(met: bool) -> str:
-    """How a verdict says whether a figure meets its target."""
+def meets(met: bool) -> str:  # how a verdict says whether a figure meets its target
     return "meets" if met else "MISSES"
 
 
-def met_text(met: bool) -> str:
-    """How a target check ends: met, or NOT met."""
+def met_text(met: bool) -> str:  # how a target check ends
     return "met" if met else "NOT met"
 
 
@@ -112,8 +110,7 @@ def rotated(items: Sequence, turn: int) -> list:
     return [*items[shift:], *items[:shift]]
 
 
-def timed(call: Callable[[], object]) -> float:
-    """Wall seconds of `call()`."""
+def timed(call: Callable[[], object]) -> float:  # wall seconds
     start = time.perf_counter()
     call()
     return time.perf_counter() - start
@@ -126,14 +123,11 @@ def percentile_ms(latencies: Sequence[float], q: float) -> float:
     return float(np.percentile(latencies, q)) * 1000
 
 
-def _run_child(target: Callable[..., dict[str, Any]], *args) -> None:
-    """Child process: `target(*args)`'s figures and the child's peak RSS, as JSON at the path given last."""
-    *target_args, result_path = args
-    result = {
-        **target(*target_args),
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-    }
-    Path(result_path).write_text(json.dumps(result, default=int))  # ru_maxrss: KiB on Linux
+def _run_child(target: Callable[..., dict[str, Any]], args: tuple, result_path: str) -> None:
+    """Child process: `target(*args)`'s figures and the child's peak RSS (ru_maxrss: KiB on Linux), as JSON."""
+    figures = target(*args)  # first: the peak is the child's after it
+    figures["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    Path(result_path).write_text(json.dumps(figures, default=int))
 
 
 def in_child(target: Callable[..., dict[str, Any]], *args, work: Path) -> dict[str, Any]:
@@ -141,7 +135,7 @@ def in_child(target: Callable[..., dict[str, Any]], *args, work: Path) -> dict[s
     measurement that no other in this process's memory (or allocator caches) can touch."""
     result_path = work / f"{target.__name__}.json"
     child = multiprocessing.get_context("spawn").Process(
-        target=_run_child, args=(target, *args, str(result_path))
+        target=_run_child, args=(target, args, str(result_path))
     )
     child.start()
     child.join()
