@@ -59,12 +59,9 @@ def wordnet_probe(n: int) -> Probe:
     from neoembed.index import wordnet_documents
 
     synsets = sample_order(load_synsets())[:n]
-    with_examples = [(i, s.examples[0]) for i, s in enumerate(synsets) if s.examples]
-    return Probe(
-        documents=[doc.text for doc in wordnet_documents(synsets)],
-        queries=[example for _, example in with_examples],
-        gold=np.array([i for i, _ in with_examples], dtype=np.int64),
-    )
+    gold = [i for i, synset in enumerate(synsets) if synset.examples]
+    documents = [doc.text for doc in wordnet_documents(synsets)]
+    return Probe(documents, [synsets[i].examples[0] for i in gold], np.array(gold, dtype=np.int64))
 
 
 def skip_reason(backend: str, device: str = "cpu") -> str | None:
@@ -98,47 +95,45 @@ def load_backends(
     models = {REFERENCE: reference}
     if "torch-bf16" in backends:
         models["torch-bf16"] = lower_encoder(reference, torch.bfloat16)  # as encode and serve lower it
-    if any(backend in ONNX_FILES for backend in backends):
+    onnx = [backend for backend in backends if backend in ONNX_FILES]
+    if onnx:
         onnx_export(model_name, export_dir)
-    for backend in backends:
-        if backend in ONNX_FILES:
-            models[backend] = load_onnx_embedder(export_dir, file_name=ONNX_FILES[backend], threads=threads)
-    return models
+    return models | {
+        b: load_onnx_embedder(export_dir, file_name=ONNX_FILES[b], threads=threads) for b in onnx
+    }
 
 
-def _top_k(index_vectors: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to norm 1, as float32 for FAISS: an inner-product search over them ranks by cosine."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    return np.ascontiguousarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), dtype="float32")
+
+
+def _top_k(documents: np.ndarray, queries: np.ndarray) -> np.ndarray:
     from neoembed.faiss_setup import faiss
 
-    index = faiss.IndexFlatIP(index_vectors.shape[1])
-    index.add(np.ascontiguousarray(index_vectors, dtype="float32"))
-    return index.search(np.ascontiguousarray(query_vectors, dtype="float32"), K)[1]
-
-
-def _normalised(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float64)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
-def retrieval_recall(probe: Probe, vectors: np.ndarray) -> float:
-    """Share of the probe's queries whose own synset's document is among their top K documents."""
-    documents, queries = vectors[: len(probe.documents)], vectors[len(probe.documents) :]
-    top = _top_k(documents, queries)
-    return float(np.mean([gold in row for gold, row in zip(probe.gold, top)]))
+    index = faiss.IndexFlatIP(documents.shape[1])
+    index.add(documents)
+    return index.search(queries, K)[1]
 
 
 def fidelity(probe: Probe, reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
     """How far `candidate`'s vectors of `probe.texts` are from `reference`'s (both in probe order): figures
     by name, for a bench's rows."""
-    cosine = worst_cosine(reference, candidate)
-    reference, candidate = _normalised(reference), _normalised(candidate)  # inner-product search = cosine
     n = len(probe.documents)
+
+    def recall(vectors: np.ndarray) -> float:  # queries whose own synset's document is in their top K
+        top = _top_k(vectors[:n], vectors[n:])
+        return float(np.mean([gold in row for gold, row in zip(probe.gold, top)]))
+
+    cosine, reference, candidate = worst_cosine(reference, candidate), _unit(reference), _unit(candidate)
     want, got = _top_k(reference[:n], reference[:n]), _top_k(candidate[:n], candidate[:n])
-    recall = retrieval_recall(probe, candidate)
+    served = recall(candidate)
     return {
         "worst cosine": cosine,
         f"neighbour overlap@{K}": float(np.mean([len(set(w) & set(g)) / K for w, g in zip(want, got)])),
-        f"recall@{K}": recall,
-        f"recall@{K} change": recall - retrieval_recall(probe, reference),
+        f"recall@{K}": served,
+        f"recall@{K} change": served - recall(reference),
     }
 
 
@@ -148,7 +143,7 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
     skipped = {b: reason for b in settings.backends if (reason := skip_reason(b))}
     running = [b for b in settings.backends if b not in skipped]
     models = load_backends(settings.model, running, settings.out / "export", settings.threads)
-    texts, size = probe.documents, settings.batch_size
+    texts, size, repeats = probe.documents, settings.batch_size, settings.repeats
     batches = [texts[i : i + size] for i in range(0, len(texts), size)]
 
     def encode(backend: str, texts: list[str]) -> np.ndarray:
@@ -156,37 +151,31 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
 
     vectors = {b: encode(b, probe.texts) for b in {*running, REFERENCE}}
     latencies: dict[str, list[float]] = {b: [] for b in running}
-    for rep in range(settings.repeats):
+    for rep in range(repeats):
         for backend in rotated(running, rep):
             latencies[backend] += [timed(partial(encode, backend, batch)) for batch in batches]
-            passed = sum(latencies[backend][-len(batches) :])
-            progress(f"pass {rep + 1}/{settings.repeats} {backend}: {passed:.1f} s")
-    rows: list[Row] = []
+            progress(f"pass {rep + 1}/{repeats} {backend}: {sum(latencies[backend][-len(batches) :]):.1f} s")
+    speed = {b: len(texts) * repeats / float(np.sum(latencies[b])) for b in running}
+    rows = []
     for backend in settings.backends:
         if backend in skipped:
             rows.append(Row({"backend": backend}, note=f"skipped: {skipped[backend]}"))
             continue
-        spent = np.array(latencies[backend])
-        rows.append(Row({"backend": backend}, {
-            "texts/s": len(texts) * settings.repeats / spent.sum(),
-            "p50 s/batch": float(np.percentile(spent, 50)), "p95 s/batch": float(np.percentile(spent, 95)),
-            **fidelity(probe, vectors[REFERENCE], vectors[backend]),
-        }))  # fmt: skip
-    if REFERENCE in running:
-        base = rows[settings.backends.index(REFERENCE)].number("texts/s")
-        rows = [
-            row if row.note else row.adding({"vs torch-fp32": row.number("texts/s") / base}) for row in rows
-        ]
-    described = dict(model=settings.model, texts=len(texts), queries=len(probe.queries), batch_size=size,
-                     repeats=settings.repeats, threads=settings.threads)  # fmt: skip
+        figures = {"texts/s": speed[backend]}
+        figures |= {f"p{q} s/batch": float(np.percentile(latencies[backend], q)) for q in (50, 95)}
+        figures |= fidelity(probe, vectors[REFERENCE], vectors[backend])
+        if REFERENCE in speed:
+            figures["vs torch-fp32"] = speed[backend] / speed[REFERENCE]
+        rows.append(Row({"backend": backend}, figures))
+    described = {"model": settings.model, "texts": len(texts), "queries": len(probe.queries)}
+    described |= {"batch_size": size, "repeats": repeats, "threads": settings.threads}
     report = Report(
         name="encode-backends",
         title="neoembed bench encode --backends",
         intro=[
-            f"Settings: {described}. texts/s and latency over {settings.repeats} interleaved passes over the "
-            f"glosses. Against torch-fp32: the worst cosine over glosses and queries, the overlap of each "
-            f"gloss's {K} nearest glosses, and retrieval recall@{K} of the example-sentence queries with its "
-            "change."
+            f"Settings: {described}. texts/s and latency over {repeats} interleaved passes over the glosses. "
+            f"Against torch-fp32: the worst cosine over glosses and queries, the overlap of each gloss's {K} "
+            f"nearest glosses, and retrieval recall@{K} of the example-sentence queries with its change."
         ],
         tables=[Table([row for row in rows if not row.note])],
         verdicts=[f"{row['backend']} {row.note}" for row in rows if row.note],
