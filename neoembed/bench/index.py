@@ -12,7 +12,7 @@ recall@10 on held-out queries, and batch and single-query QPS as ratios to exact
 
 from __future__ import annotations
 
-import time
+from functools import partial
 from pathlib import Path
 
 from neoembed.faiss_setup import faiss, set_threads
@@ -20,7 +20,7 @@ from neoembed.faiss_setup import faiss, set_threads
 import numpy as np
 from tqdm.auto import tqdm
 
-from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, met_text, timed, write_report
 from neoembed.bench.settings import IndexBench
 from neoembed.index import (
     choose_factory,
@@ -31,9 +31,6 @@ from neoembed.index import (
     train_and_add,
     tune,
 )
-
-COLUMNS = ["set", "factory", "auto", "build_s", "size_mb", "param", "recall_at_10", "qps_batch", "x_exact_batch",
-           "qps_single", "x_exact_single"]  # fmt: skip
 
 
 def structured_vectors(n: int, dim: int, *, queries: int = 0, clusters: int = 1000, latent: int = 32,
@@ -57,20 +54,15 @@ def structured_vectors(n: int, dim: int, *, queries: int = 0, clusters: int = 10
 
 def candidates(n: int, dim: int) -> list[str]:
     """Exact search first (the baseline), then the index families `auto` chooses among."""
-    nlist = ivf_lists(n)
-    return [
-        "Flat",
-        "HNSW32",
-        f"IVF{nlist},Flat",
-        f"IVF{nlist},SQ8",
-        f"IVF{nlist},PQ{pq_subquantizers(dim, dim)}",
-    ]
+    ivf = f"IVF{ivf_lists(n)}"
+    return ["Flat", "HNSW32", f"{ivf},Flat", f"{ivf},SQ8", f"{ivf},PQ{pq_subquantizers(dim, dim)}"]
 
 
 def _bench_set(
-    name: str, base: np.ndarray, queries: np.ndarray, target: float
-) -> tuple[list[Row], dict[str, list[dict]]]:
-    """A row per candidate, and each candidate's tuning curve (every setting tried, its recall and QPS)."""
+    name: str, base: np.ndarray, queries: np.ndarray, target: float, curves: dict[str, list[dict]]
+) -> list[Row]:
+    """A row per candidate; each candidate's tuning curve (every setting tried, its recall and QPS) into
+    `curves`."""
     n, dim = base.shape
     auto, _ = choose_factory(n, dim)
     factories = candidates(n, dim)
@@ -79,12 +71,10 @@ def _bench_set(
     truth, _ = exact_neighbors(queries, base, "cosine")  # all sets are unit-norm
     exact = faiss.IndexFlatIP(dim)
     exact.add(base)
-    rows, curves = [], {}
+    rows = []
     for factory in tqdm(factories, desc=f"{name}: candidates"):
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-        start = time.perf_counter()
-        train_and_add(index, base)  # the sample rule of `neoembed index build`
-        build_s = time.perf_counter() - start
+        build_s = timed(partial(train_and_add, index, base))  # the sample rule of `neoembed index build`
         params, _, curve = tune(index, queries, truth, target)
         # Re-time the chosen setting, then exact search right after it: other processes' load changes
         # over minutes, so each ratio compares two measurements taken seconds apart.
@@ -97,7 +87,7 @@ def _bench_set(
             "qps_single": qps_single, "x_exact_single": qps_single / exact_single,
         }))  # fmt: skip
         curves[f"{name}: {factory}"] = curve
-    return rows, curves
+    return rows
 
 
 def wordnet_set(
@@ -145,34 +135,31 @@ def run(settings: IndexBench) -> WrittenReport:
     import torch
 
     torch.set_num_threads(threads)
-    rows: list[Row] = []
+    rows, lines, verdict = [], [], None
     curves: dict[str, list[dict]] = {}
-    lines: list[str] = []
-    verdict: bool | None = None
     if n:
         base, xq = structured_vectors(n, dim, queries=queries)
-        rows, curves = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target)
+        rows = _bench_set(f"synthetic {n // 1000}k x {dim}", base, xq, target, curves)
         verdict, line = _verdict(rows, target, threads)
         lines.append(line)
     if settings.wordnet:
         wn_base, wn_q, gloss_hit = wordnet_set(settings.wordnet_index, settings.model, queries, threads)
         name = f"WordNet {len(wn_base) / 1000:.1f}k x {wn_base.shape[1]} ({settings.model})"
-        wn_rows, wn_curves = _bench_set(name, wn_base, wn_q, target)
-        rows, curves = rows + wn_rows, curves | wn_curves
+        wn_rows = _bench_set(name, wn_base, wn_q, target, curves)
+        rows += wn_rows
         lines.append(_verdict(wn_rows, target, threads)[1])
-        lines.append(f"WordNet: exact search puts a held-out example's own gloss in the top 10 for {gloss_hit:.1%} "
-                     f"of {len(wn_q)} examples")  # fmt: skip
+        lines.append(
+            f"WordNet: exact search puts a held-out example's own gloss in the top 10 for {gloss_hit:.1%} of "
+            f"{len(wn_q)} examples"
+        )
+    payload: dict[str, object] = {
+        "rows": rows,
+        "curves": curves,
+        "target_met": verdict,
+        "threads": threads,
+        "queries": queries,
+    }
     report = Report(
-        name="index",
-        title="neoembed bench index",
-        tables=[Table(rows, COLUMNS)],
-        verdicts=lines,
-        payload={
-            "rows": rows,
-            "curves": curves,
-            "target_met": verdict,
-            "threads": threads,
-            "queries": queries,
-        },
+        name="index", title="neoembed bench index", tables=[Table(rows)], verdicts=lines, payload=payload
     )
     return write_report(report, settings.out)
