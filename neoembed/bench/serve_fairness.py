@@ -8,9 +8,11 @@ few batches. The small requests' p95 latency says which (issue 57: 120 s behind 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -42,44 +44,31 @@ class Fairness:
 
 def large_texts(texts: list[str], characters: int) -> list[str]:
     """LARGE_INPUTS texts of about `characters` characters each, made by joining `texts` in turn."""
-    joined, i = [], 0
+    stream, joined = itertools.cycle(texts), []
     for _ in range(LARGE_INPUTS):
         text = ""
         while len(text) < characters:
-            text += texts[i % len(texts)] + " "
-            i += 1
+            text += next(stream) + " "
         joined.append(text[:characters])
     return joined
 
 
 def fairness_round(port: int, texts: list[str], *, characters: int = 160) -> Fairness:
     """Small requests' latencies behind one large request of `texts` lengthened to `characters` each."""
-    base = f"http://127.0.0.1:{port}"
-    large: list[tuple[float, int]] = []
+    base, large = f"http://127.0.0.1:{port}", list[tuple[float, int]]()
 
-    def post_large() -> None:
+    def post(inputs: list[str] | str, via: Any = httpx) -> tuple[float, int]:  # seconds, status
         started = time.perf_counter()
-        response = httpx.post(f"{base}/embed", json={"inputs": large_texts(texts, characters)}, timeout=600)
-        large.append((time.perf_counter() - started, response.status_code))
+        status = via.post(f"{base}/embed", json={"inputs": inputs}, timeout=600).status_code
+        return time.perf_counter() - started, status
 
-    thread = threading.Thread(target=post_large, name="large-request")
+    thread = threading.Thread(target=lambda: large.append(post(large_texts(texts, characters))))
     thread.start()
     time.sleep(QUEUED_AFTER_S)
-    latencies: list[float] = []
-    failed = 0
-    with httpx.Client(base_url=base, timeout=600) as client:
-        while thread.is_alive() or not latencies:
-            started = time.perf_counter()
-            response = client.post("/embed", json={"inputs": texts[len(latencies) % len(texts)]})
-            latencies.append(time.perf_counter() - started)
-            failed += response.status_code != 200
+    with httpx.Client() as client:
+        small = [post(texts[0], client)]
+        while thread.is_alive():
+            small.append(post(texts[len(small) % len(texts)], client))
     thread.join()
-    ((large_s, large_status),) = large
-    return Fairness(
-        percentile_ms(latencies, 50),
-        percentile_ms(latencies, 95),
-        len(latencies),
-        failed,
-        large_s,
-        large_status,
-    )
+    latencies, failed = [s for s, _ in small], sum(status != 200 for _, status in small)
+    return Fairness(percentile_ms(latencies, 50), percentile_ms(latencies, 95), len(small), failed, *large[0])
