@@ -25,7 +25,8 @@ def _available(device: str) -> str:
     return device
 
 
-Device = Annotated[str, AfterValidator(_available)]
+Device = Annotated[str, AfterValidator(_available), Field(description="cpu, cuda, cuda:N, or auto.")]
+TorchThreads = Annotated[int, Field(ge=1, description="torch CPU threads.")]
 
 
 def resolve_device(device: str) -> str:
@@ -75,10 +76,8 @@ class EncodeBench(BenchSettings):
     """modernbert: also time transformers' ModernBERT-base (random weights) on the same batches."""
     repeats: int = Field(2, ge=1)
     """Timed runs per path; the best is kept."""
-    threads: int = Field(2, ge=1)
-    """torch CPU threads."""
+    threads: TorchThreads = 2
     device: Device = "auto"
-    """cpu, cuda, cuda:N, or auto."""
     compile: InferenceCompile = "auto"
     tokens_per_batch: int = Field(0, ge=0)
     """Tokens per timed batch (0: 8192 tiny, 2048 full on CPU; 65536 on CUDA)."""
@@ -169,8 +168,7 @@ class MtebBench(BenchSettings):
     """Encoding batch size (harness and direct alike)."""
     repeats: int = Field(3, ge=1)
     """Timed runs per side, alternated; the best is kept."""
-    threads: int = Field(2, ge=1)
-    """torch CPU threads."""
+    threads: TorchThreads = 2
     out: Path = Path("runs/bench/mteb")
     """Directory for mteb.json and mteb.md."""
 
@@ -217,13 +215,11 @@ class PretrainBench(BenchSettings):
     warmup_steps: int = Field(1, ge=0)
     """Untimed steps per layout first (use 3 with --compile)."""
     device: Device = "auto"
-    """cpu, cuda, cuda:N, or auto."""
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
     """fp32, bf16 (autocast over fp32 weights), or auto (bf16 on GPUs)."""
     compile: bool = False
     """Compile the blocks (torch.compile)."""
-    threads: int = Field(2, ge=1)
-    """torch CPU threads."""
+    threads: TorchThreads = 2
     peak_tflops: float = Field(0.0, ge=0.0)
     """Device peak for MFU (0: the known-GPU table in bf16, else a measured matmul)."""
     out: Path = Path("runs/bench/pretrain")
