@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +32,24 @@ from neoembed.run_files import read_jsonl
 TARGET_SECONDS = 120.0
 TARGET_RSS_GIB = 4.0
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
-SYNTHETIC_MANIFEST = """name: synthetic
-description: synthetic rows for the benchmark
-dataset: local/synthetic
+LONG_MEAN_WORDS = 640  # ~4,200 characters at the vocabulary's ~6.5 characters a word, spaces included
+MANIFEST = """name: {name}
+description: {description}
+dataset: local/{name}
 licence: none
 licence_source: synthetic rows made by the benchmark
 paper: release
-mapping: {query: query, positive: positive, negatives: [negative]}
-options: {mine: never}
-"""
+options: {{mine: never}}
+"""  # never mined here: mining is timed apart
+STAGE_SUMMARY = (
+    "Stage 1 {stage1_s} s wall, {stage1_cpu_s} s CPU; parts written (no mining) in {write_s} s wall, "
+    "{write_cpu_s} s CPU ({write_rows_per_cpu_s:,} rows per CPU-second); peak RSS {peak_rss_gib} GiB. "
+    "Target for 1M short rows: under {target_s:.0f} s and {target_gib:.0f} GiB: CPU time {time_vs_target}x "
+    "(scaled to 1M rows), RSS {rss_vs_target}x of it."
+)
 
 
-def random_words(
-    rng: np.random.Generator, count: int, low: int, high: int, letters: str = LETTERS
-) -> list[str]:
-    """`count` strings of `low` to `high` - 1 random letters."""
+def random_words(rng: np.random.Generator, count: int, low: int, high: int, letters=LETTERS) -> list[str]:
     return ["".join(rng.choice(list(letters), size=rng.integers(low, high))) for _ in range(count)]
 
 
@@ -75,22 +78,7 @@ def synthetic_rows(path: Path, rows: int, seed: int = 0, chunk: int = 100_000) -
                 query[i] = ""
             for i in np.flatnonzero((kind >= 0.06) & (kind < 0.07)):
                 positive[i] = "ab"
-            writer.write_table(
-                pa.table({"query": query, "positive": positive, "negative": negative}, schema=schema)
-            )
-
-
-LONG_MANIFEST = """name: longissues
-description: GitHubIssues-shaped synthetic pairs (long texts)
-dataset: local/longissues
-licence: none
-licence_source: synthetic rows made by the benchmark
-paper: release
-mapping: {query: anchor, positive: positive}
-options: {mine: never}
-symmetric: true
-"""
-LONG_MEAN_WORDS = 640  # ~4,200 characters at the vocabulary's ~6.5 characters a word, spaces included
+            writer.write_table(pa.Table.from_arrays([query, positive, negative], schema=schema))
 
 
 def long_rows(path: Path, rows: int, seed: int = 1) -> None:
@@ -113,6 +101,14 @@ def long_rows(path: Path, rows: int, seed: int = 1) -> None:
     pq.write_table(pa.table({"anchor": texts(rows), "positive": texts(rows)}), path)
 
 
+def clocked(call: Callable[[], Any]) -> tuple[Any, float, float]:
+    """`call()`'s result, wall seconds and CPU seconds (every thread of the process: on a shared machine less
+    disturbed by other jobs than wall time)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
 def _stage_child(work: str) -> dict[str, Any]:
     """Child process: load (and cache) the sources, run stage 1, then write the parts; its timings."""
     os.environ["HF_DATASETS_CACHE"] = str(Path(work) / "hf-cache")
@@ -120,55 +116,39 @@ def _stage_child(work: str) -> dict[str, Any]:
 
     work_dir = Path(work)
     manifests = load_manifests(work_dir / "manifests")
-    started = time.perf_counter()
-    for manifest, _ in manifests.values():
-        open_source(manifest, work_dir / "local")
-    loaded, cpu_before = time.perf_counter(), time.process_time()
-    build = Build(
-        BuildConfig(
-            manifests=work_dir / "manifests", out=work_dir / "out", local_data=work_dir / "local", mine=False
-        )
-    )
-    staged = build.prepare()
-    staged_at, cpu = time.perf_counter(), time.process_time() - cpu_before
+    _, load_s, _ = clocked(lambda: [open_source(m, work_dir / "local") for m, _ in manifests.values()])
+    folders = {"manifests": work_dir / "manifests", "out": work_dir / "out", "local_data": work_dir / "local"}
+    build = Build(BuildConfig(**folders, mine=False))
+    staged, stage_s, stage_cpu_s = clocked(build.prepare)
     prepared = [e for e in read_jsonl(work_dir / "out" / "build.jsonl") if e["event"] == "prepare"]
-    write_cpu = time.process_time()
-    for unit in build.units(staged):
-        build.build_unit(unit)
+    _, write_s, write_cpu_s = clocked(lambda: list(map(build.build_unit, build.units(staged))))
     return {
-        "source_cpu_s": {e["source"]: e["cpu_seconds"] for e in prepared},
-        "write_cpu_s": time.process_time() - write_cpu,
-        "load_s": loaded - started,
-        "stage_s": staged_at - loaded,
-        "stage_cpu_s": cpu,
-        "source_s": {e["source"]: e["seconds"] for e in prepared},
-        "write_s": time.perf_counter() - staged_at,
+        "load_s": load_s,
+        "stage1_s": stage_s,
+        "stage1_cpu_s": stage_cpu_s,
+        "write_s": write_s,
+        "write_cpu_s": write_cpu_s,
         "stats": staged,
+        "source_s": {e["source"]: e["seconds"] for e in prepared},
+        "source_cpu_s": {e["source"]: e["cpu_seconds"] for e in prepared},
     }
 
 
-@dataclass(frozen=True)
-class StageTotals:
-    """Stage 1 and part writing over all sources, against the targets for 1M short rows."""
-
-    load_s: float
-    stage1_s: float
-    stage1_cpu_s: float
-    write_s: float
-    write_cpu_s: float
-    write_rows_per_cpu_s: int
-    peak_rss_gib: float
-    time_vs_target: float  # CPU seconds against the wall-clock target: what an unshared core would take
-    rss_vs_target: float
-
-
-def bench_normalise(rows: int, long: int, work: Path) -> tuple[list[Row], StageTotals]:
+def bench_normalise(settings: BuildDataBench, work: Path) -> tuple[list[Row], dict[str, float]]:
+    """A row per source through stage 1, and stage 1 and part writing in all, against the targets for 1M
+    short rows (CPU seconds against the wall-clock target: what an unshared core would take)."""
     (work / "manifests").mkdir(parents=True, exist_ok=True)
-    (work / "manifests" / "synthetic.yaml").write_text(SYNTHETIC_MANIFEST)
-    if long:
-        (work / "manifests" / "longissues.yaml").write_text(LONG_MANIFEST)
-        long_rows(work / "local" / "longissues" / "train.parquet", long)
-    synthetic_rows(work / "local" / "synthetic" / "train.parquet", rows)
+    (work / "manifests" / "synthetic.yaml").write_text(
+        MANIFEST.format(name="synthetic", description="synthetic rows for the benchmark")
+        + "mapping: {query: query, positive: positive, negatives: [negative]}\n"
+    )
+    synthetic_rows(work / "local" / "synthetic" / "train.parquet", settings.rows)
+    if settings.long_rows:
+        (work / "manifests" / "longissues.yaml").write_text(
+            MANIFEST.format(name="longissues", description="GitHubIssues-shaped synthetic pairs (long texts)")
+            + "mapping: {query: anchor, positive: positive}\nsymmetric: true\n"
+        )
+        long_rows(work / "local" / "longissues" / "train.parquet", settings.long_rows)
     result = in_child(_stage_child, str(work), work=work)
     sources = []
     for name, stats in result["stats"].items():
@@ -181,18 +161,17 @@ def bench_normalise(rows: int, long: int, work: Path) -> tuple[list[Row], StageT
             "positive_chars_p50": stats["positive_chars"].get("p50"),
         }))  # fmt: skip
     rows_out = sum(s["kept"] for s in result["stats"].values())
-    totals = StageTotals(
-        load_s=round(result["load_s"], 1),
-        stage1_s=round(result["stage_s"], 1),
-        stage1_cpu_s=round(result["stage_cpu_s"], 1),
-        write_s=round(result["write_s"], 1),
-        write_cpu_s=round(result["write_cpu_s"], 1),
-        write_rows_per_cpu_s=round(rows_out / result["write_cpu_s"]),
-        peak_rss_gib=round(result["peak_rss_gib"], 2),
-        time_vs_target=round(result["source_cpu_s"]["synthetic"] / TARGET_SECONDS * 1_000_000 / rows, 3),
-        rss_vs_target=round(result["peak_rss_gib"] / TARGET_RSS_GIB, 3),
-    )
-    return sources, totals
+    totals = {
+        key: round(result[key], 1) for key in ("load_s", "stage1_s", "stage1_cpu_s", "write_s", "write_cpu_s")
+    }
+    return sources, totals | {
+        "write_rows_per_cpu_s": round(rows_out / result["write_cpu_s"]),
+        "peak_rss_gib": round(result["peak_rss_gib"], 2),
+        "time_vs_target": round(
+            result["source_cpu_s"]["synthetic"] / TARGET_SECONDS * 1_000_000 / settings.rows, 3
+        ),
+        "rss_vs_target": round(result["peak_rss_gib"] / TARGET_RSS_GIB, 3),
+    }
 
 
 def _search_child(pool_rows: int, query_rows: int, dim: int, work: str) -> dict[str, float]:
@@ -209,14 +188,18 @@ def _search_child(pool_rows: int, query_rows: int, dim: int, work: str) -> dict[
             array[start : start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
         array.flush()
         arrays[name] = np.load(Path(work) / f"{name}.npy", mmap_mode="r")
-    started, cpu = time.perf_counter(), time.process_time()
-    search = exact_searcher(arrays["pool"])
-    for lo in range(0, query_rows, SEARCH_CHUNK):
-        search(np.ascontiguousarray(arrays["queries"][lo : lo + SEARCH_CHUNK]), 101)
-    return {"search_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu}
+
+    def search() -> None:
+        search = exact_searcher(arrays["pool"])
+        for lo in range(0, query_rows, SEARCH_CHUNK):
+            search(np.ascontiguousarray(arrays["queries"][lo : lo + SEARCH_CHUNK]), 101)
+
+    _, seconds, cpu = clocked(search)
+    return {"search_s": seconds, "cpu_s": cpu}
 
 
-def bench_search(pool_rows: int, query_rows: int, work: Path, dim: int = 384) -> Row:
+def bench_search(settings: BuildDataBench, work: Path, dim: int = 384) -> Row:
+    pool_rows, query_rows = settings.search_pool, settings.search_queries
     work.mkdir(parents=True, exist_ok=True)
     result = in_child(_search_child, pool_rows, query_rows, dim, str(work), work=work)
     cpu = result["cpu_s"]
@@ -228,11 +211,12 @@ def bench_search(pool_rows: int, query_rows: int, work: Path, dim: int = 384) ->
     })  # fmt: skip
 
 
-def bench_encode(texts: int, batch_size: int) -> Row:
+def bench_encode(settings: BuildDataBench) -> Row:
     """The teacher's texts/s and tokens/s on the synthetic sources' length mix (half query-length, a third
     passage-length, a sixth issue-length, which the teacher cuts at its 256 tokens)."""
     from neoembed.embedder import load_embedder
 
+    texts, batch_size = settings.encode_texts, settings.batch_size
     rng = np.random.default_rng(2)
     words = random_words(rng, 5000, 3, 10, letters="abcdefghij")
     mix = ((5, 13, texts // 2), (20, 60, texts // 3), (300, 1500, texts // 6))
@@ -240,26 +224,24 @@ def bench_encode(texts: int, batch_size: int) -> Row:
     model = load_embedder("minilm")
     model.encode(sample[:batch_size], batch_size=batch_size)  # warm-up
     tokens = sum(min(len(ids), model.max_seq_length) for ids in model.tokenizer(sample)["input_ids"])
-    started, cpu = time.perf_counter(), time.process_time()
-    model.encode(sample, batch_size=batch_size)
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    _, seconds, cpu = clocked(lambda: model.encode(sample, batch_size=batch_size))
     return Row({"texts": len(sample), "tokens": tokens}, {
         "encode_s": round(seconds, 1), "cpu_s": round(cpu, 1), "texts_per_cpu_s": round(len(sample) / cpu, 1),
         "tokens_per_cpu_s": round(tokens / cpu),
     })  # fmt: skip
 
 
-def bench_mining(rows: int, dtypes: list[str], batch_size: int, work: Path) -> list[Row]:
+def bench_mining(settings: BuildDataBench, work: Path) -> list[Row]:
     from neoembed.data import BuildConfig, MiningConfig, build
     from neoembed.packaged import manifests_dir
 
     manifests = work / "manifests-wordnet"
     manifests.mkdir(parents=True, exist_ok=True)
     shutil.copy(manifests_dir() / "wordnet.yaml", manifests)
-    results = []
-    for dtype in dtypes:
+    results, rows = [], settings.mining_rows
+    for dtype in settings.dtypes:
         out = work / f"wordnet-{dtype}"
-        mining = MiningConfig(batch_size=batch_size, dtype=dtype)
+        mining = MiningConfig(batch_size=settings.batch_size, dtype=dtype)
         build(BuildConfig(manifests=manifests, out=out, max_rows=rows, rows_per_shard=rows, mining=mining))
         parts = [e for e in read_jsonl(out / "build.jsonl") if e["event"] == "part"]
         seconds = {k: sum(p["mining_seconds"][k] for p in parts) for k in ("encode", "search", "select")}
@@ -277,48 +259,27 @@ def bench_mining(rows: int, dtypes: list[str], batch_size: int, work: Path) -> l
     return results
 
 
-def project(
-    pairs: int,
-    rows_per_shard: int,
-    stage1_cpu_s_per_row: float,
-    write_rows_per_cpu_s: float,
-    encode: Row,
-    search: Row,
-    gpu_tokens_per_s: float,
-    gpu_gflop_per_s: float,
-) -> list[Row]:
-    """Hours for a `pairs`-pair build, mining every pair (an upper bound: sources with given negatives are not
-    mined): two texts encoded per pair, and each part's queries searched against its `rows_per_shard` pool.
-    CPU figures are CPU-hours (from CPU seconds, which a shared machine does not inflate); stage 1 and writing
-    run on the CPU in both rows."""
+def project(settings: BuildDataBench, sources: list[Row], stage: dict, encode: Row, search: Row) -> list[Row]:
+    """Hours for the `project_pairs`-pair build, mining every pair (an upper bound: sources with given
+    negatives are not mined): two texts encoded per pair, and each part's queries searched against its
+    `search_pool` pool. CPU figures are CPU-hours (from CPU seconds, which a shared machine does not inflate);
+    stage 1 (at the synthetic source's CPU seconds per row) and writing run on the CPU in both rows."""
+    pairs, synthetic = settings.project_pairs, next(s for s in sources if s["source"] == "synthetic")
     tokens = 2 * pairs * encode.number("tokens") / encode.number("texts")
-    flops = 2 * 384 * pairs * rows_per_shard  # every query against its part's whole pool
-    stage1 = pairs * stage1_cpu_s_per_row
-    write = pairs / write_rows_per_cpu_s
+    flops = 2 * 384 * pairs * settings.search_pool  # every query against its part's whole pool
+    stage1_h = pairs * synthetic.number("cpu_s") / synthetic.number("rows") / 3600
+    write_h = pairs / stage["write_rows_per_cpu_s"] / 3600
     rows = []
     for where, tokens_per_s, gflop_per_s in (
         ("CPU (CPU-hours)", encode.number("tokens_per_cpu_s"), search.number("gflop_per_cpu_s")),
-        ("one H100 (assumed rates)", gpu_tokens_per_s, gpu_gflop_per_s),
+        ("one H100 (assumed rates)", settings.gpu_tokens_per_s, settings.gpu_gflop_per_s),
     ):
         encode_h, search_h = tokens / tokens_per_s / 3600, flops / (gflop_per_s * 1e9) / 3600
         rows.append(Row({"where": where}, {
-            "stage1_h": round(stage1 / 3600, 2), "write_h": round(write / 3600, 2),
-            "encode_h": round(encode_h, 2),
-            "search_h": round(search_h, 2), "total_h": round((stage1 + write) / 3600 + encode_h + search_h, 1),
+            "stage1_h": round(stage1_h, 2), "write_h": round(write_h, 2), "encode_h": round(encode_h, 2),
+            "search_h": round(search_h, 2), "total_h": round(stage1_h + write_h + encode_h + search_h, 1),
         }))  # fmt: skip
     return rows
-
-
-@dataclass
-class Measured:
-    """What one run measured, stage by stage (a stage not asked for is empty)."""
-
-    sources: list[Row]  # stage 1, per source
-    stage: StageTotals | None  # stage 1 and part writing, in all
-    encode: Row | None  # teacher encoding
-    search: Row | None  # FAISS search of one part
-    mining: list[Row]  # hard-negative mining, per teacher dtype
-    load_average: tuple[tuple[float, float, float], ...]  # 1/5/15-minute load averages before and after
 
 
 def run(settings: BuildDataBench) -> WrittenReport:
@@ -330,43 +291,23 @@ def run(settings: BuildDataBench) -> WrittenReport:
     faiss.omp_set_num_threads(settings.threads)
     work = settings.out / "work"
     shutil.rmtree(work, ignore_errors=True)
-    load_before = os.getloadavg()
-    sources: list[Row] = []
-    stage: StageTotals | None = None
-    if settings.rows:
-        sources, stage = bench_normalise(settings.rows, settings.long_rows, work / "normalise")
-    encode = bench_encode(settings.encode_texts, settings.batch_size) if settings.encode_texts else None
-    search = None
-    if settings.search_pool:
-        search = bench_search(settings.search_pool, settings.search_queries, work / "search")
-    mining = []
-    if settings.mining_rows:
-        mining = bench_mining(
-            settings.mining_rows, list(settings.dtypes), settings.batch_size, work / "mining"
-        )
-    load_after = os.getloadavg()
+    load_before = os.getloadavg()  # 1/5/15-minute load averages, before and after
+    sources, stage = bench_normalise(settings, work / "normalise") if settings.rows else ([], None)
+    encode = bench_encode(settings) if settings.encode_texts else None
+    search = bench_search(settings, work / "search") if settings.search_pool else None
+    mining = bench_mining(settings, work / "mining") if settings.mining_rows else []
+    loads = [load_before, os.getloadavg()]
     if not settings.keep:
         shutil.rmtree(work, ignore_errors=True)
-    measured = Measured(sources, stage, encode, search, mining, (load_before, load_after))
-    return write_report(_report(settings, measured), settings.out)
+    return write_report(_report(settings, sources, stage, encode, search, mining, loads), settings.out)
 
 
-def _report(settings: BuildDataBench, measured: Measured) -> Report:
-    m, tables = measured, []
-    stage, encode, search = m.stage, m.encode, m.search
-    (load_before, load_after), projection = m.load_average, []
+def _report(settings: BuildDataBench, sources, stage, encode, search, mining, loads) -> Report:
+    tables, projection, verdicts = [], [], []
     if stage:
-        tables.append(Table(
-            m.sources,
-            heading="Stage 1 (map, normalise, truncate, filter, leakage guard, dedup) and part writing",
-            after=[
-                f"Stage 1 {stage.stage1_s} s wall, {stage.stage1_cpu_s} s CPU; parts written (no mining) in "
-                f"{stage.write_s} s wall, {stage.write_cpu_s} s CPU ({stage.write_rows_per_cpu_s:,} rows per "
-                f"CPU-second); peak RSS {stage.peak_rss_gib} GiB. Target for 1M short rows: under "
-                f"{TARGET_SECONDS:.0f} s and {TARGET_RSS_GIB:.0f} GiB: CPU time {stage.time_vs_target}x "
-                f"(scaled to 1M rows), RSS {stage.rss_vs_target}x of it."
-            ],
-        ))  # fmt: skip
+        heading = "Stage 1 (map, normalise, truncate, filter, leakage guard, dedup) and part writing"
+        summary = STAGE_SUMMARY.format(**stage, target_s=TARGET_SECONDS, target_gib=TARGET_RSS_GIB)
+        tables.append(Table(sources, heading=heading, after=[summary]))
     if encode:
         heading = "Teacher encoding (packaged all-MiniLM-L6-v2, float32) on the sources' length mix"
         tables.append(Table([encode], heading=heading))
@@ -374,47 +315,29 @@ def _report(settings: BuildDataBench, measured: Measured) -> Report:
         heading = "FAISS search of one part (exact inner product, top 101, pool streamed from a memory map)"
         tables.append(Table([search], heading=heading))
     if stage and encode and search:
-        synthetic = next(s for s in m.sources if s["source"] == "synthetic")
-        per_row = synthetic.number("cpu_s") / synthetic.number("rows")
-        projection = project(settings.project_pairs, settings.search_pool, per_row, stage.write_rows_per_cpu_s,
-                             encode, search, settings.gpu_tokens_per_s, settings.gpu_gflop_per_s)  # fmt: skip
-        tables.append(Table(
-            projection,
-            heading=f"Projection: {settings.project_pairs:,} pairs, all mined, parts of {search['pool']:,} "
-            "rows",
-            after=[
-                "Stage 1 and writing stay on the CPU (stage 1 from its measured CPU seconds per short row). "
-                f"The H100 row assumes {settings.gpu_tokens_per_s:,.0f} teacher tokens/s and "
-                f"{settings.gpu_gflop_per_s:,.0f} GFLOP/s for the flat search: assumptions, not measurements."
-            ],
-        ))  # fmt: skip
-    verdicts = []
-    if m.mining:
-        heading = (f"Hard-negative mining on {settings.mining_rows:,} WordNet rows (teacher: packaged "
-                   "all-MiniLM-L6-v2)")  # fmt: skip
-        columns = [c for c in m.mining[0].cells() if c != "mined_negatives"]
-        tables.append(Table(m.mining, columns, heading=heading))
-        if len(m.mining) > 1:
-            ratio = m.mining[1].number("pairs_per_s") / m.mining[0].number("pairs_per_s")
+        projection = project(settings, sources, stage, encode, search)
+        heading = f"Projection: {settings.project_pairs:,} pairs, all mined, parts of {search['pool']:,} rows"
+        assumed = (
+            "Stage 1 and writing stay on the CPU (stage 1 from its measured CPU seconds per short row). "
+            f"The H100 row assumes {settings.gpu_tokens_per_s:,.0f} teacher tokens/s and "
+            f"{settings.gpu_gflop_per_s:,.0f} GFLOP/s for the flat search: assumptions, not measurements."
+        )
+        tables.append(Table(projection, heading=heading, after=[assumed]))
+    if mining:
+        heading = f"Hard-negative mining on {settings.mining_rows:,} WordNet rows (teacher: packaged "
+        heading += "all-MiniLM-L6-v2)"
+        tables.append(
+            Table(mining, [c for c in mining[0].cells() if c != "mined_negatives"], heading=heading)
+        )
+        if len(mining) > 1:
+            ratio = mining[1].number("pairs_per_s") / mining[0].number("pairs_per_s")
             verdicts.append(
-                f"{m.mining[1]['teacher_dtype']} / {m.mining[0]['teacher_dtype']} mining speed: {ratio:.2f}x"
+                f"{mining[1]['teacher_dtype']} / {mining[0]['teacher_dtype']} mining speed: {ratio:.2f}x"
             )
-    return Report(
-        name="build-data",
-        title="build-data benchmark",
-        intro=[
-            f"Threads {settings.threads}; 1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} "
-            f"after (on {os.cpu_count()} CPUs)."
-        ],
-        tables=tables,
-        verdicts=verdicts,
-        payload={
-            "stage": stage,
-            "sources": m.sources,
-            "encode": encode,
-            "search": search,
-            "projection": projection,
-            "mining": m.mining,
-            "load_average": [load_before, load_after],
-        },  # fmt: skip
+    intro = (
+        f"Threads {settings.threads}; 1-minute load average {loads[0][0]:.1f} before, {loads[1][0]:.1f} "
+        f"after (on {os.cpu_count()} CPUs)."
     )
+    payload = {"stage": stage, "sources": sources, "encode": encode, "search": search}
+    payload |= {"projection": projection, "mining": mining, "load_average": loads}
+    return Report("build-data", "build-data benchmark", payload, tables, [intro], verdicts)
