@@ -1,18 +1,15 @@
 """`neoembed bench encode`: NeoBERT forward throughput, padded vs unpadded path, fp32 vs bf16, and against
 ModernBERT.
 
-Both NeoBERT paths run the same weights on the same batch inside one process; the unpadded path's advantage is
-that its linear layers and attention see only real tokens. With `--compare modernbert`, transformers' native
-ModernBERT, built from `ModernBertConfig()` defaults with random weights (ModernBERT-base's shape; speed does
-not depend on the weights, so nothing is downloaded), runs the same token batches; NeoBERT is timed on the path
-its `auto` backend picks for each batch. Throughput counts real (non-padding) tokens, so every path is compared
-on the work a user wants done. With `--compare` only NeoBERT's `auto` path and ModernBERT are timed (the
-padded-vs-unpadded table is the run without it), which keeps the 250M comparison to a few minutes on a CPU.
-With `--compile` (the default on CUDA) every model is compiled (`neoembed.compilation`) before its warm-up, and
-against ModernBERT each model is compared like for like: eager beside eager, compiled beside compiled, on one
-model each with both paths. Timings are best-of-N, the paths interleaved in rotating order (`time_paths`).
-Each row also gives NeoBERT's model GFLOP/s on its faster path (forward FLOPs of the real tokens) and that as a
-share of the peak: a square matmul in the same dtype measured here (or a known GPU's bf16 peak).
+Both NeoBERT paths run the same weights on the same batch in one process; the unpadded path's advantage is
+that its linear layers and attention see only real tokens. Throughput counts real tokens, the work a user wants
+done. `--compare modernbert` times NeoBERT's `auto` path alone (which keeps the 250M comparison to minutes on a
+CPU) beside transformers' ModernBERT on the same batches, built from `ModernBertConfig()` defaults
+(ModernBERT-base's shape) with random weights: speed does not depend on them, so nothing is downloaded. With
+`--compile` (the default on CUDA) every model is compiled before its warm-up and compared like for like: eager
+beside eager, compiled beside compiled, one model each with both paths. Timings are best-of-N, the paths
+interleaved in rotating order. Each row also gives NeoBERT's model GFLOP/s on its faster path and its share of
+the peak: a square matmul in the same dtype measured here (or a known GPU's bf16 peak).
 """
 
 from __future__ import annotations
@@ -20,28 +17,19 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import torch
 
+import neoembed.pretrain.neobert as neobert
 from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, rotated, write_report
 from neoembed.bench.settings import EncodeBench, resolve_device
 from neoembed.compilation import compile_backend, compile_encoder, compile_wanted
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import padded_width
-from neoembed.pretrain.neobert import (
-    NeoBERTConfig,
-    NeoBERTModel,
-    choose_backend,
-    device_peak,
-    forward_flops,
-    importable_kernels,
-    tiny_config,
-    varlen_kernel_for,
-)
 
-CONFIGS: dict[str, Callable[[], NeoBERTConfig]] = {"tiny": tiny_config, "full": NeoBERTConfig}
+CONFIGS: dict[str, Callable[[], Any]] = {"tiny": neobert.tiny_config, "full": neobert.NeoBERTConfig}
 # The ModernBERT each NeoBERT size is compared with: ModernBERT-base's defaults for the 250M model, and a
 # model of the tiny one's shape for smoke runs.
 MODERNBERT_FIELDS: dict[str, dict[str, Any]] = {  # ModernBertConfig fields
@@ -60,8 +48,7 @@ TARGET_SHARE_OF_PEAK = 0.5  # the 250M model's bf16 forward on CPU
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (ids, mask) -> last hidden state
 
 
-@dataclass
-class Case:
+class Case(NamedTuple):
     name: str
     lengths: list[int]
 
@@ -85,13 +72,8 @@ def build_cases(
 
 def make_batch(lengths: list[int], vocab_size: int, device: str, seed: int):
     """Right-padded random ids and mask; the padded length is rounded up to a multiple of 8, as in training."""
-    gen = torch.Generator().manual_seed(seed)
-    width = padded_width(max(lengths))
-    ids = torch.zeros(len(lengths), width, dtype=torch.long)
-    mask = torch.zeros(len(lengths), width, dtype=torch.long)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = torch.randint(1000, vocab_size, (n,), generator=gen)
-        mask[row, :n] = 1
+    mask = (torch.arange(padded_width(max(lengths))) < torch.tensor(lengths)[:, None]).long()
+    ids = torch.randint(1000, vocab_size, mask.shape, generator=torch.Generator().manual_seed(seed)) * mask
     return ids.to(device), mask.to(device)
 
 
@@ -100,7 +82,7 @@ def build_modernbert(config_name: str, device: str):
     flash-attn's kernel (which unpads) where it imports on CUDA, else SDPA (padded, masked)."""
     from transformers import ModernBertConfig, ModernBertModel
 
-    use_flash = device.startswith("cuda") and "flash_attn" in importable_kernels()
+    use_flash = device.startswith("cuda") and "flash_attn" in neobert.importable_kernels()
     for implementation in ("flash_attention_2", "sdpa") if use_flash else ("sdpa",):
         try:
             fields = MODERNBERT_FIELDS[config_name]
@@ -128,7 +110,7 @@ def modernbert_forward_flops(config, lengths: list[int]) -> float:
     return 2 * len(kinds) * per_layer * sum(lengths) + 4 * hidden * sum(keys[kind] for kind in kinds)
 
 
-def _neobert_forward(model: NeoBERTModel, backend: str, compiled: bool | None = None) -> Forward:
+def _neobert_forward(model: neobert.NeoBERTModel, backend: str, compiled: bool | None = None) -> Forward:
     """NeoBERT on attention `backend`; `compiled` True or False runs its blocks compiled or eagerly (the flag
     `compile_layers` sets, here set per path so that one model has both), None as they are."""
     blocks = None if compiled is None else compile_backend() if compiled else ""
@@ -143,16 +125,26 @@ def _neobert_forward(model: NeoBERTModel, backend: str, compiled: bool | None = 
     return forward
 
 
-def _modernbert_forward(model, compiled: bool = False) -> Forward:
-    """ModernBERT compiled (`compilation.compile_encoder` replaced the instance's `forward`) or eagerly (its
-    class's `forward`), so that one model has both paths."""
+def _modernbert_forward(model, compiled: bool) -> Forward:
+    """ModernBERT compiled (`compile_encoder` replaced the instance's `forward`) or eagerly (its class's
+    `forward`), so that one model has both paths."""
+    forward = model.forward if compiled else partial(type(model).forward, model)
+    return lambda ids, mask: forward(input_ids=ids, attention_mask=mask).last_hidden_state
 
-    def forward(ids, mask):
-        if compiled:
-            return model.forward(input_ids=ids, attention_mask=mask).last_hidden_state
-        return type(model).forward(model, input_ids=ids, attention_mask=mask).last_hidden_state
 
-    return forward
+def forward_paths(model, twin, compiled: bool) -> dict[str, Forward]:
+    """The timed paths: NeoBERT padded and unpadded, or beside ModernBERT eager beside eager and, where
+    compiled, compiled beside compiled."""
+    if twin is None:
+        return {"padded": _neobert_forward(model, "sdpa"), "unpadded": _neobert_forward(model, "unpadded")}
+    paths = {
+        "neobert": _neobert_forward(model, "auto", False),
+        "modernbert": _modernbert_forward(twin, False),
+    }
+    if compiled:
+        paths["neobert compiled"] = _neobert_forward(model, "auto", True)
+        paths["modernbert compiled"] = _modernbert_forward(twin, True)
+    return paths
 
 
 def time_paths(paths: dict[str, Forward], ids, mask, repeats: int, device: str) -> dict[str, float]:
@@ -169,21 +161,20 @@ def time_paths(paths: dict[str, Forward], ids, mask, repeats: int, device: str) 
 
 
 def max_path_difference(model, ids, mask) -> float:
-    """Largest |padded - unpadded| over real tokens' hidden states."""
     real = mask.bool()
-    padded = _neobert_forward(model, "sdpa")(ids, mask)[real].float()
-    unpadded = _neobert_forward(model, "unpadded")(ids, mask)[real].float()
+    padded, unpadded = (
+        _neobert_forward(model, path)(ids, mask)[real].float() for path in ("sdpa", "unpadded")
+    )
     return (padded - unpadded).abs().max().item()
 
 
 def auto_path(ids, mask, dtype: torch.dtype) -> str:
-    """The path NeoBERT's `auto` backend takes for this batch."""
-    return choose_backend(
+    return neobert.choose_backend(
         "auto",
         device_type=ids.device.type,
         dtype=dtype,
         autocast_dtype=None,
-        importable=importable_kernels(),
+        importable=neobert.importable_kernels(),
         has_padding=not bool(mask.bool().all()),
         output_attentions=False,
     )
@@ -194,10 +185,10 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
     dtypes = encode_dtypes(settings.dtypes, device, progress)
     torch.set_num_threads(settings.threads)
     lengths = list(settings.lengths) or (COMPARE_LENGTHS if settings.compare else DEFAULT_LENGTHS)
-    rows, attention, peaks = [], {}, {}
     compiled = compile_wanted(settings.compile, torch.device(device).type)
+    rows, attention, peaks = [], {}, {}
     for config_name in settings.configs:
-        model = NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
+        model = neobert.NeoBERTModel(CONFIGS[config_name]()).eval().to(device)
         twin = build_modernbert(config_name, device) if settings.compare else None
         if compiled:  # like for like: ModernBERT too (the untimed warm-up batches below compile them)
             compile_encoder(model)
@@ -207,34 +198,23 @@ def run(settings: EncodeBench, progress=print) -> WrittenReport:
             GPU_TOKENS_PER_BATCH if device.startswith("cuda") else DEFAULT_TOKENS_PER_BATCH[config_name]
         )
         cases = build_cases(lengths, budget, model.config.max_length, seed=0, mixed_range=settings.mixed)
+        paths = forward_paths(model, twin, compiled)
         for dtype_name in dtypes:
             dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
-            model.to(dtype)
             if dtype_name not in peaks:  # measured once per dtype, so every row divides by the one reported
-                peaks[dtype_name] = device_peak(device, dtype, None)
-            kernel = varlen_kernel_for(torch.device(device).type, dtype, importable_kernels())
+                peaks[dtype_name] = neobert.device_peak(device, dtype, None)
+            kernel = neobert.varlen_kernel_for(torch.device(device).type, dtype, neobert.importable_kernels())
             attention[f"neobert {dtype_name}"] = f"padded: sdpa; unpadded: {kernel}"
             if twin is not None:
-                twin.to(dtype)
-                attention[f"modernbert {dtype_name}"] = twin.config._attn_implementation
-            paths = forward_paths(model, twin, compiled)
+                attention[f"modernbert {dtype_name}"] = twin.to(dtype).config._attn_implementation
+            model.to(dtype)
             label = {"config": config_name, "dtype": dtype_name}
-            rows += measure_cases(
-                settings, label, model, twin, cases, paths, peaks[dtype_name][0], device, progress
-            )
+            with torch.inference_mode():
+                rows += measure_cases(
+                    settings, label, model, twin, cases, paths, peaks[dtype_name][0], device, progress
+                )
         del model, twin
-    described = dict(
-        repeats=settings.repeats,
-        threads=settings.threads,
-        device=_device_name(device),
-        compare=settings.compare,
-        compiled=compiled,
-        compiled_pair=compiled_pair(settings, device, compiled),
-    )
-    described_peaks = {
-        dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()
-    }
-    return write_report(_report(rows, attention, described_peaks, **described), settings.out)
+    return write_report(_report(settings, device, compiled, rows, attention, peaks), settings.out)
 
 
 def encode_dtypes(dtypes: tuple[str, ...], device: str, progress) -> tuple[str, ...]:
@@ -247,48 +227,56 @@ def encode_dtypes(dtypes: tuple[str, ...], device: str, progress) -> tuple[str, 
     return dtypes
 
 
-def forward_paths(model, twin, compiled: bool) -> dict[str, Callable]:
-    """The timed paths: NeoBERT padded and unpadded, or beside ModernBERT eager beside eager and, where
-    compiled, compiled beside compiled."""
-    if twin is None:
-        return {"padded": _neobert_forward(model, "sdpa"), "unpadded": _neobert_forward(model, "unpadded")}
-    paths = {"neobert": _neobert_forward(model, "auto", False), "modernbert": _modernbert_forward(twin)}
-    if compiled:
-        paths |= {
-            "neobert compiled": _neobert_forward(model, "auto", True),
-            "modernbert compiled": _modernbert_forward(twin, compiled=True),
-        }
-    return paths
-
-
 def measure_cases(
     settings: EncodeBench, label, model, twin, cases, paths, peak: float, device: str, progress
 ):
     """A row per case (with ModernBERT, per case and mode), after untimed warm-up batches."""
-    rows = []
-    compiled = "neobert compiled" in paths  # the compiled pair, timed where compiled
-    with torch.inference_mode():
-        # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
-        for warm_lengths in ([16, 8], [16, 16]):
-            warm_ids, warm_mask = make_batch(warm_lengths, model.config.vocab_size, device, 0)
-            for forward in paths.values():
-                forward(warm_ids, warm_mask)
-        for case in cases:
-            ids, mask = make_batch(case.lengths, model.config.vocab_size, device, seed=1)
-            seconds = time_paths(paths, ids, mask, settings.repeats, device)
-            case_label = {"config": label["config"], "case": case.name, "dtype": label["dtype"]}
-            if twin is None:
-                measured = [(case_label, seconds)]
-            else:  # a row per mode, each comparing the two models in it
-                measured = [
-                    (case_label | {"mode": mode}, {m: seconds[m + suffix] for m in ("neobert", "modernbert")})
-                    for mode, suffix in (("eager", ""), ("compiled", " compiled"))[: 1 + compiled]
-                ]  # fmt: skip
-            for row_label, timed in measured:
-                rows.append(_measured(row_label, case, model, twin, ids, mask, timed, peak))
-                rates = [f"{path} {rows[-1][f'{path} tok/s']:,.0f}" for path in timed]
-                progress(f"{' '.join(map(str, row_label.values()))}: {', '.join(rates)} tok/s")
+    rows, vocab_size = [], model.config.vocab_size
+    # Untimed: a padded batch and one with nothing padded, each path's graphs when compiled.
+    for warm_lengths in ([16, 8], [16, 16]):
+        warm = make_batch(warm_lengths, vocab_size, device, 0)
+        for forward in paths.values():
+            forward(*warm)
+    for case in cases:
+        ids, mask = make_batch(case.lengths, vocab_size, device, seed=1)
+        seconds = time_paths(paths, ids, mask, settings.repeats, device)
+        case_label = {"config": label["config"], "case": case.name, "dtype": label["dtype"]}
+        measured = [(case_label, seconds)]
+        if twin is not None:  # a row per timed mode, each comparing the two models in it
+            measured = [
+                ({**case_label, "mode": mode}, {m: seconds[m + suffix] for m in ("neobert", "modernbert")})
+                for mode, suffix in (("eager", ""), ("compiled", " compiled"))
+                if f"neobert{suffix}" in paths
+            ]
+        for row_label, timed in measured:
+            rows.append(_measured(row_label, case, model, twin, ids, mask, timed, peak))
+            rates = [f"{path} {rows[-1][f'{path} tok/s']:,.0f}" for path in timed]
+            progress(f"{' '.join(map(str, row_label.values()))}: {', '.join(rates)} tok/s")
     return rows
+
+
+def _measured(label: dict[str, str], case: Case, model, twin, ids, mask, seconds: dict, peak: float) -> Row:
+    """A case's row: real tokens/s of each path, NeoBERT's model GFLOP/s on its faster path and its share of
+    `peak`; with no ModernBERT, the padded path's speed-up and difference, else the ratio and ModernBERT's."""
+    real = int(mask.sum())
+    neobert_seconds = min(seconds[p] for p in seconds if p != "modernbert")
+    squares = sum(n * n for n in case.lengths)
+    flops = neobert.forward_flops(model.config, sum(case.lengths), squares) / neobert_seconds
+    figures = {"batch": len(case.lengths), "real tokens": real, "padded tokens": ids.numel(),
+               "neobert GFLOP/s": flops / 1e9, "of peak": flops / peak}  # fmt: skip
+    if twin is None:
+        figures |= {"padded tok/s": real / seconds["padded"], "unpadded tok/s": real / seconds["unpadded"],
+                    "speedup": seconds["padded"] / seconds["unpadded"],
+                    "max |diff|": max_path_difference(model, ids, mask)}  # fmt: skip
+    else:
+        twin_flops = modernbert_forward_flops(twin.config, case.lengths) / seconds["modernbert"]
+        figures |= {"neobert path": auto_path(ids, mask, model.dtype),
+                    "neobert tok/s": real / seconds["neobert"],
+                    "modernbert tok/s": real / seconds["modernbert"],
+                    "neobert/modernbert": seconds["modernbert"] / seconds["neobert"],
+                    "modernbert GFLOP/s": twin_flops / 1e9,
+                    "modernbert of peak": twin_flops / peak}  # fmt: skip
+    return Row(label, figures)
 
 
 def compiled_pair(settings: EncodeBench, device: str, compiled: bool) -> str | None:
@@ -302,34 +290,7 @@ def compiled_pair(settings: EncodeBench, device: str, compiled: bool) -> str | N
     return f"not timed on {device}: compilation is on by default on CUDA only (--compile times it here)"
 
 
-def _measured(label: dict[str, str], case: Case, model, twin, ids, mask, seconds: dict, peak: float) -> Row:
-    """A case's row: real tokens/s of each path, NeoBERT's model GFLOP/s on its faster path and its share of
-    `peak`; with no ModernBERT, the padded path's speed-up and difference, else the ratio and ModernBERT's."""
-    real = int(mask.sum())
-    neobert_seconds = min(seconds[p] for p in seconds if p != "modernbert")
-    flops = forward_flops(model.config, sum(case.lengths), sum(n * n for n in case.lengths)) / neobert_seconds
-    figures = {"batch": len(case.lengths), "real tokens": real, "padded tokens": ids.numel(),
-               "neobert GFLOP/s": flops / 1e9, "of peak": flops / peak}  # fmt: skip
-    if twin is None:
-        figures |= {"padded tok/s": real / seconds["padded"], "unpadded tok/s": real / seconds["unpadded"],
-                    "speedup": seconds["padded"] / seconds["unpadded"],
-                    "max |diff|": max_path_difference(model, ids, mask)}  # fmt: skip
-    else:
-        twin_flops = modernbert_forward_flops(twin.config, case.lengths) / seconds["modernbert"]
-        figures |= {"neobert path": auto_path(ids, mask, model.dtype),
-                    "neobert tok/s": real / seconds["neobert"], "modernbert tok/s": real / seconds["modernbert"],
-                    "neobert/modernbert": seconds["modernbert"] / seconds["neobert"],
-                    "modernbert GFLOP/s": twin_flops / 1e9,
-                    "modernbert of peak": twin_flops / peak}  # fmt: skip
-    return Row(label, figures)
-
-
-def _device_name(device: str) -> str:
-    return torch.cuda.get_device_name(device) if device.startswith("cuda") else device
-
-
 def _share_of_peak(row: Row, device: str) -> str:
-    """The row's GFLOP/s as a share of its dtype's peak; for bf16 on a CPU, against the 50% target."""
     share = (
         f"NeoBERT at {row['neobert GFLOP/s']:,.0f} GFLOP/s, {row['of peak']:.0%} of the {row['dtype']} peak"
     )
@@ -339,12 +300,10 @@ def _share_of_peak(row: Row, device: str) -> str:
     return share
 
 
-def _case(row: Row) -> str:
-    """The row's config, case, dtype and (comparing with ModernBERT) mode, as a verdict names it."""
-    return " ".join(str(row[key]) for key in ("config", "case", "dtype", "mode") if key in row.label)
+def _report(settings: EncodeBench, device: str, compiled: bool, rows: list[Row], attention, peaks) -> Report:
+    def case(row: Row) -> str:  # config, case, dtype and (comparing with ModernBERT) mode
+        return " ".join(str(row[key]) for key in ("config", "case", "dtype", "mode") if key in row.label)
 
-
-def _report(rows: list[Row], attention: dict[str, str], peaks: dict[str, str], **settings) -> Report:
     verdicts = [
         f"{r['config']}: mixed-length fp32 unpadded/padded = {r['speedup']:.2f}x "
         f"({meets(r.number('speedup') >= TARGET_SPEEDUP)} the {TARGET_SPEEDUP}x target; "
@@ -352,24 +311,22 @@ def _report(rows: list[Row], attention: dict[str, str], peaks: dict[str, str], *
         for r in rows
         if r.get("speedup") and r.text("case").startswith("mixed") and r["dtype"] == "fp32"
     ]
+    verdicts += [f"{case(r)}: {_share_of_peak(r, device)}" for r in rows if r["config"] == "full"]
     verdicts += [
-        f"{_case(r)}: {_share_of_peak(r, settings['device'])}" for r in rows if r["config"] == "full"
-    ]
-    verdicts += [
-        f"{_case(r)}: NeoBERT ({r['neobert path']}) / ModernBERT = "
+        f"{case(r)}: NeoBERT ({r['neobert path']}) / ModernBERT = "
         f"{r['neobert/modernbert']:.2f}x (the paper reports {TARGET_VS_MODERNBERT}x at 4096 tokens on GPU)"
         for r in rows
         if r.get("neobert/modernbert") and (r["case"] == "fixed 4096" or r.text("case").startswith("mixed"))
     ]
-    return Report(
-        name="encode",
-        title="neoembed bench encode",
-        intro=[
-            f"Settings: {settings}. Throughput counts real tokens; best of {settings['repeats']} runs.",
-            "Attention: " + "; ".join(f"{name}: {impl}" for name, impl in attention.items()),
-            "Peaks: " + "; ".join(f"{dtype}: {peak}" for dtype, peak in peaks.items()),
-        ],
-        tables=[Table(rows)],
-        verdicts=verdicts,
-        payload={"settings": settings, "attention": attention, "peaks": peaks, "rows": rows},
-    )
+    device_name = torch.cuda.get_device_name(device) if device.startswith("cuda") else device
+    described = dict(repeats=settings.repeats, threads=settings.threads, device=device_name,
+                     compare=settings.compare, compiled=compiled,
+                     compiled_pair=compiled_pair(settings, device, compiled))  # fmt: skip
+    peaks = {dtype: f"{flops / 1e9:,.0f} GFLOP/s ({source})" for dtype, (flops, source) in peaks.items()}
+    intro = [
+        f"Settings: {described}. Throughput counts real tokens; best of {settings.repeats} runs.",
+        "Attention: " + "; ".join(f"{name}: {impl}" for name, impl in attention.items()),
+        "Peaks: " + "; ".join(f"{dtype}: {peak}" for dtype, peak in peaks.items()),
+    ]
+    payload = {"settings": described, "attention": attention, "peaks": peaks, "rows": rows}
+    return Report("encode", "neoembed bench encode", payload, [Table(rows)], intro, verdicts)
