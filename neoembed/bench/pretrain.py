@@ -20,24 +20,15 @@ import datasets
 import numpy as np
 import torch
 
+import neoembed.pretrain.neobert as neobert
 from neoembed.bench.memory import available_memory, fit_token_budget, step_memory
 from neoembed.bench.mfu import Mfu
 from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, write_report
 from neoembed.bench.settings import PretrainBench, resolve_device
 from neoembed.precision import resolve_precision, synchronize
 from neoembed.pretrain import MLMBatches, batch_counts, packed_to_padded
-from neoembed.pretrain.neobert import (
-    NeoBERTConfig,
-    NeoBERTForMaskedLM,
-    device_peak,
-    importable_kernels,
-    load_tokenizer,
-    measured_matmul_flops,
-    training_flops,
-    varlen_kernel_for,
-)
 
-CONFIGS: dict[str, dict[str, Any]] = {  # NeoBERTConfig fields
+CONFIGS: dict[str, dict[str, Any]] = {  # neobert.NeoBERTConfig fields
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
     "full": {},
 }
@@ -56,27 +47,20 @@ def skewed_corpus(num_docs: int, max_length: int, seed: int) -> datasets.Dataset
     return datasets.Dataset.from_dict({"input_ids": docs, "length": lengths.tolist()})
 
 
-def on_device(batches: MLMBatches, count: int, device: str) -> list[dict[str, torch.Tensor]]:
-    return [{k: v.to(device) for k, v in batches[i].items()} for i in range(count)]
-
-
-def train_step(model, optimizer, batch: dict, autocast: torch.dtype | None) -> None:
-    """One step, under autocast to `autocast` (weights stay fp32, as the Trainer's bf16 does) unless None."""
-    with torch.autocast(batch["input_ids"].device.type, dtype=autocast, enabled=autocast is not None):
-        loss = model(**batch).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def time_steps(model, optimizer, batches: list[dict], warmup: int, autocast, device: str) -> float:
-    """Seconds for the steps after the first `warmup` (which allocate, tune kernels and compile)."""
-    for batch in batches[:warmup]:
-        train_step(model, optimizer, batch, autocast)
-    synchronize(device)
-    start = time.perf_counter()
-    for batch in batches[warmup:]:
-        train_step(model, optimizer, batch, autocast)
+def time_steps(model, batches: list[dict], warmup: int, autocast: torch.dtype | None, device: str) -> float:
+    """Seconds for the training steps after the first `warmup` (which allocate, tune kernels and compile),
+    each under autocast to `autocast` (weights stay fp32, as the Trainer's bf16 does) unless None."""
+    # Throughput only: a tiny learning rate keeps the shared model stable across layouts.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=torch.device(device).type == "cuda")
+    for step, batch in enumerate(batches):
+        if step == warmup:
+            synchronize(device)
+            start = time.perf_counter()
+        with torch.autocast(torch.device(device).type, dtype=autocast, enabled=autocast is not None):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     synchronize(device)
     return time.perf_counter() - start
 
@@ -89,43 +73,33 @@ class Trial:
     bench: PretrainBench
     device: str
     autocast: torch.dtype | None  # bf16 autocast over fp32 weights, or None: fp32
-    config: NeoBERTConfig
+    config: neobert.NeoBERTConfig
     peak: float  # FLOP/s
     peak_source: str
 
-    @property
-    def measured_peak(self) -> bool:
-        """Not a table entry or --peak-tflops: measured again around each layout."""
-        return self.peak_source.startswith("measured")
-
     def current_peak(self) -> float:
-        return (
-            measured_matmul_flops(self.device, self.autocast or torch.float32)
-            if self.measured_peak
-            else self.peak
-        )
+        """A measured peak (not a table entry or --peak-tflops) is measured again around each layout."""
+        if self.peak_source.startswith("measured"):
+            return neobert.measured_matmul_flops(self.device, self.autocast or torch.float32)
+        return self.peak
 
     def measure(self, model, batches: MLMBatches, backend: str, label: dict[str, str]) -> tuple[Row, Mfu]:
-        """One layout's real tokens/s, TFLOP/s and MFU over the timed steps."""
         bench, device = self.bench, self.device
         peak_before = self.current_peak()
         model.config.attn_backend = backend
         count = bench.warmup_steps + bench.steps
-        on_device_batches = on_device(batches, count, device)
-        counted = [batch_counts(b, bench.max_length) for b in on_device_batches[bench.warmup_steps :]]
+        steps = [{k: v.to(device) for k, v in batches[i].items()} for i in range(count)]
+        counted = [batch_counts(b, bench.max_length) for b in steps[bench.warmup_steps :]]
         real, slots, squares, decoded = torch.stack(counted).sum(0).tolist()
-        # Throughput only: a tiny learning rate keeps the shared model stable across layouts.
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=torch.device(device).type == "cuda")
-        seconds = time_steps(model, optimizer, on_device_batches, bench.warmup_steps, self.autocast, device)
-        del optimizer, on_device_batches
+        seconds = time_steps(model, steps, bench.warmup_steps, self.autocast, device)
+        del steps
         peak_after = self.current_peak()
-        flops = training_flops(self.config, real, squares, decoded)
+        flops = neobert.training_flops(self.config, real, squares, decoded)
         # Against the better of the peaks measured just before and after: a peak measured while another job
         # ran is low, and would inflate MFU (139.5% was once printed so).
         mfu = Mfu(flops / seconds, max(peak_before, peak_after))
-        steps = bench.steps
         return Row(label, {
-            "real tokens/step": real // steps, "slots/step": slots // steps,
+            "real tokens/step": real // bench.steps, "slots/step": slots // bench.steps,
             "packing efficiency": real / slots,
             "tokens/s": real / seconds, "TFLOP/s": flops / seconds / 1e12,
             "peak TFLOP/s before": peak_before / 1e12, "peak TFLOP/s after": peak_after / 1e12,
@@ -135,42 +109,31 @@ class Trial:
 
 def run(bench: PretrainBench, progress=print) -> WrittenReport:
     device, max_length = resolve_device(bench.device), bench.max_length
+    device_type = torch.device(device).type
     torch.set_num_threads(bench.threads)
     torch.manual_seed(0)
     autocast = torch.bfloat16 if resolve_precision(bench.dtype, device).train_bf16 else None
-    config = NeoBERTConfig(max_length=max(max_length, 512), **CONFIGS[bench.config])
-    budget = fit_token_budget(
-        bench.token_budget
-        or DEFAULT_TOKEN_BUDGET.get(torch.device(device).type, DEFAULT_TOKEN_BUDGET["cpu"]),
-        explicit=bool(bench.token_budget),
-        max_length=max_length,
-        memory=step_memory(
-            config, max_length, value_bytes=2 if autocast else 4, scores=torch.device(device).type == "cpu"
-        ),
-        available_bytes=available_memory(device),
-    )
+    config = neobert.NeoBERTConfig(max_length=max(max_length, 512), **CONFIGS[bench.config])
+    memory = step_memory(config, max_length, value_bytes=2 if autocast else 4, scores=device_type == "cpu")
+    requested = bench.token_budget or DEFAULT_TOKEN_BUDGET.get(device_type, DEFAULT_TOKEN_BUDGET["cpu"])
+    explicit, available = bool(bench.token_budget), available_memory(device)
+    budget = fit_token_budget(requested, explicit, max_length, memory, available)
     if budget.note:
         progress(budget.note)
     # transformers wraps `.to` in functools.wraps, which mypy types as unbound (self taken from `device`).
-    model = NeoBERTForMaskedLM(config).to(device)  # type: ignore[arg-type]
+    model = neobert.NeoBERTForMaskedLM(config).to(device)  # type: ignore[arg-type]
     model.config.sparse_prediction = True
     if bench.compile:
         model.compile_layers()
     corpus = skewed_corpus(num_docs=4000, max_length=max_length, seed=0)
     common = dict(max_length=max_length, batch_size=max(1, budget.tokens // max_length), seed=0,
                   num_items=bench.warmup_steps + bench.steps, mask_rate=0.2, mask_mode="mask",
-                  tokenizer=load_tokenizer())  # fmt: skip
+                  tokenizer=neobert.load_tokenizer())  # fmt: skip
     padded, packed = MLMBatches(corpus, packed=False, **common), MLMBatches(corpus, packed=True, **common)
-    trial = Trial(
-        bench,
-        device,
-        autocast,
-        config,
-        *device_peak(device, autocast or torch.float32, bench.peak_tflops or None),
-    )
-    varlen = "unpadded, " + varlen_kernel_for(
-        torch.device(device).type, autocast or torch.float32, importable_kernels()
-    )
+    dtype = autocast or torch.float32
+    peak, peak_source = neobert.device_peak(device, dtype, bench.peak_tflops or None)
+    trial = Trial(bench, device, autocast, config, peak, peak_source)
+    varlen = "unpadded, " + neobert.varlen_kernel_for(device_type, dtype, neobert.importable_kernels())
     # The paper's padded batches computed with their padding, the same batches through neoembed's unpadded
     # path, and packed rows.
     measured = {}
@@ -184,14 +147,13 @@ def run(bench: PretrainBench, progress=print) -> WrittenReport:
 
 
 def report(trial: Trial, budget, measured: dict[str, tuple[Row, Mfu]], loss_gap: float) -> Report:
-    """The layouts' rows, and packed against padded: speed-up, MFU and the loss gap."""
     bench, device = trial.bench, trial.device
     tokens = {name: row.number("tokens/s") for name, (row, _) in measured.items()}
-    speedup, unpadded_speedup = (
-        tokens["packed"] / tokens["padded"],
-        tokens["padded, unpadded path"] / tokens["padded"],
+    speedup = tokens["packed"] / tokens["padded"]
+    unpadded_speedup = tokens["padded, unpadded path"] / tokens["padded"]
+    remeasured = (
+        ", measured again before and after each layout" if trial.peak_source.startswith("measured") else ""
     )
-    remeasured = ", measured again before and after each layout" if trial.measured_peak else ""
     cuda = torch.device(device).type == "cuda"
     target = f"; the target is {TARGET_MFU:.0%} on an H100 in bf16 at 1024 tokens" if cuda else ""
     verdicts = [
@@ -209,21 +171,16 @@ def report(trial: Trial, budget, measured: dict[str, tuple[Row, Mfu]], loss_gap:
                     # significant digits: a tiny --peak-tflops stays visible
                     peak_tflops=float(f"{trial.peak / 1e12:.4g}"), peak_source=trial.peak_source)  # fmt: skip
     rows = [row for row, _ in measured.values()]
-    return Report(
-        name="pretrain",
-        title="neoembed bench pretrain",
-        intro=[f"Settings: {settings}. Length-skewed corpus (log-normal lengths); full AdamW steps."],
-        tables=[Table(rows)],
-        verdicts=verdicts,
-        payload={"settings": settings, "rows": rows, "speedup": speedup, "loss_gap": loss_gap},
-    )
+    intro = f"Settings: {settings}. Length-skewed corpus (log-normal lengths); full AdamW steps."
+    payload = {"settings": settings, "rows": rows, "speedup": speedup, "loss_gap": loss_gap}
+    return Report("pretrain", "neoembed bench pretrain", payload, [Table(rows)], [intro], verdicts)
 
 
 def packed_padded_loss_gap(model, packed_batch: dict, device: str, autocast) -> float:
     """|loss| difference between a packed batch and the same sequences padded, computed with their padding."""
-    device_type = torch.device(device).type
     losses = []
-    with torch.no_grad(), torch.autocast(device_type, dtype=autocast, enabled=autocast is not None):
+    under_autocast = torch.autocast(torch.device(device).type, dtype=autocast, enabled=autocast is not None)
+    with torch.no_grad(), under_autocast:
         for backend, batch in (("unpadded", packed_batch), ("sdpa", packed_to_padded(packed_batch))):
             model.config.attn_backend = backend
             losses.append(model(**{k: v.to(device) for k, v in batch.items()}).loss.item())
