@@ -2,17 +2,12 @@
 sentence-transformers' CachedMultipleNegativesRankingLoss, GradCache on both sides.
 
 One contrastive settings object drives both trainers, so they share by construction the base model, the pairs
-(the build's largest source, its (query, positive) columns: the library's loss would take hard negatives as
-more columns), the global batch, the GradCache mini-batch, the precision and device, the threads, the max
-length, the temperature, the learning rate and the seed. neoembed: the recipe (contrastive-cpu unless told)
-as `neoembed contrastive` builds its trainer (homogeneous batches, duplicate-aware InfoNCE, `train.compile`
-auto: compiled on CUDA), without what the library's loss has no counterpart of (distillation, Matryoshka,
-prompts, LoRA, held-out scoring). sentence-transformers: `st_baseline.fit` with the library's
-CachedMultipleNegativesRankingLoss, as a user would write it.
-
-Each trainer runs `warmup_steps` untimed steps (compilation, the optimiser's first allocations), then `steps`
-timed ones, in a fresh process of its own (`report.in_child`), so neither sees the other's memory: pairs/s
-over the timed steps, and the peak memory of training (`memory.PeakMemory`).
+(the build's largest source, (query, positive) only: the library's loss would take negatives as more columns),
+the global batch and GradCache mini-batch, precision, device, threads, max length, temperature, learning rate
+and seed. neoembed trains as `neoembed contrastive` builds its trainer (compiled on CUDA), without what the
+library's loss has no counterpart of (distillation, Matryoshka, prompts, LoRA, held-out scoring); the library
+as a user would write it (`st_baseline.fit`). Each trainer runs in a fresh process of its own, so neither sees
+the other's memory: `warmup_steps` untimed steps (compilation, first allocations), then `steps` timed ones.
 """
 
 from __future__ import annotations
@@ -52,11 +47,10 @@ class StepClock(TrainerCallback):
     def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
         self.device = str(args.device)
         self.memory = PeakMemory(self.device)
+        per_rank = args.per_device_train_batch_size * args.gradient_accumulation_steps
         self.figures = {
             "rows": len(train_dataloader.dataset),
-            "global batch": args.per_device_train_batch_size
-            * args.gradient_accumulation_steps
-            * args.world_size,
+            "global batch": per_rank * args.world_size,
             "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
             "device": args.device.type,
         }
@@ -124,12 +118,6 @@ def st_arm(settings_json: str, warmup: int, out: str) -> dict[str, Any]:
     return {**clock.figures, "mini-batch": made[-1].mini_batch_size}
 
 
-def largest_source(data: Path) -> str:
-    """The build's source with the most rows (its stats.json, written last by the build)."""
-    sources = json.loads((data / "stats.json").read_text())["sources"]
-    return max(sources, key=lambda name: sources[name]["rows_out"])
-
-
 def speed_fields(bench: ContrastiveBench, source: str, total_steps: int) -> dict[str, Any]:
     """The recipe fields the speed mode sets: the library's pairs, batch and loss; nothing scored or saved."""
     chosen: tuple[tuple[Callable[[ContrastiveSettings], object], object], ...] = (
@@ -154,27 +142,23 @@ def speed_fields(bench: ContrastiveBench, source: str, total_steps: int) -> dict
     return {field_path(ContrastiveSettings, select): value for select, value in chosen}
 
 
-def speed_settings(
-    bench: ContrastiveBench, recipe: Path, data: Path, run_dir: Path, precision: str, overrides: dict
-) -> ContrastiveSettings:
+def speed_settings(bench: ContrastiveBench, recipe: Path, data: Path, precision: str, overrides: dict):
     """The recipe with the user's overrides, the fields every compared trainer shares, and the speed mode's
-    own (`speed_fields`)."""
+    own (`speed_fields`) on the build's largest source (its stats.json, written last by the build)."""
     total = bench.warmup_steps + (bench.steps or DEFAULT_STEPS)
-    speed = speed_fields(bench, largest_source(data), total)
+    sources = json.loads((data / "stats.json").read_text())["sources"]
+    speed = speed_fields(bench, max(sources, key=lambda name: sources[name]["rows_out"]), total)
     refuse_overrides(
         overrides,
         speed,
         "set by the speed mode (--batch-size, --mini-batch-size: the same pairs, batch and loss as "
         "sentence-transformers' cached loss, nothing scored or saved)",
     )
-    budget = st_baseline.Budget(total, None, 0, precision)
-    return neoembed_settings(
-        recipe, bench.model, data, run_dir, budget, bench.threads, {**overrides, **speed}
-    )
+    run_dir, budget = bench.out / f"speed-{precision}-neoembed", st_baseline.Budget(total, None, 0, precision)
+    return neoembed_settings(recipe, bench.model, data, run_dir, budget, bench.threads, overrides | speed)
 
 
 def speed_precisions(bench: ContrastiveBench) -> tuple[str, ...]:
-    """--precisions, or the one `auto` trains in here."""
     return bench.precisions or (auto_training_precision(),)
 
 
@@ -187,34 +171,34 @@ def run(bench: ContrastiveBench) -> WrittenReport:
     data = bench.data or default_build(bench.out / "data", bench.rows)
     arms = {}
     for precision in speed_precisions(bench):
-        settings = speed_settings(
-            bench, recipe, data, bench.out / f"speed-{precision}-neoembed", precision, overrides
-        )
-        arms[precision] = measure(bench, settings, precision)
+        settings = speed_settings(bench, recipe, data, precision, overrides)
+        ours, theirs = bench.out / f"speed-{precision}-neoembed", bench.out / f"speed-{precision}-st"
+        for run_dir in (ours, theirs):  # timings are never reused
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir(parents=True)
+        # each trainer in a fresh process of its own
+        plan = settings.model_dump_json()
+        arms[precision] = {
+            "neoembed": in_child(neoembed_arm, plan, bench.warmup_steps, work=ours),
+            "st": in_child(st_arm, plan, bench.warmup_steps, str(theirs), work=theirs),
+        }
     return write_report(report(bench, recipe, data, settings, arms), bench.out)
 
 
-def measure(
-    bench: ContrastiveBench, settings: ContrastiveSettings, precision: str
-) -> dict[str, dict[str, Any]]:
-    """Trainer -> what it reported of its timed steps, each trained in a fresh process of its own."""
-    ours_dir, theirs_dir = bench.out / f"speed-{precision}-neoembed", bench.out / f"speed-{precision}-st"
-    for run_dir in (ours_dir, theirs_dir):  # timings are never reused
-        shutil.rmtree(run_dir, ignore_errors=True)
-        run_dir.mkdir(parents=True)
-    plan = settings.model_dump_json()
-    return {
-        "neoembed": in_child(neoembed_arm, plan, bench.warmup_steps, work=ours_dir),
-        "st": in_child(st_arm, plan, bench.warmup_steps, str(theirs_dir), work=theirs_dir),
-    }
+def pairs_per_s(figures: dict[str, Any], seconds: str = "seconds") -> float:
+    return figures["timed steps"] * figures["global batch"] / figures[seconds]
 
 
 def report(bench: ContrastiveBench, recipe: Path, data: Path, settings, arms: dict[str, dict]) -> Report:
-    """The trainers' rows per precision, and neoembed's speed and memory against ST's."""
-    rows = [arm_row(precision, trainer, figures) for precision, measured in arms.items()
-            for trainer, figures in measured.items()]  # fmt: skip
-    ratios = {}
+    rows, ratios = [], {}
     for precision, measured in arms.items():
+        for trainer, f in measured.items():
+            rows.append(Row({"precision": precision, "trainer": TRAINERS[trainer]}, {
+                "pairs in source": f["rows"], "global batch": f["global batch"],
+                "mini-batch": f["mini-batch"], "timed steps": f["timed steps"], "pairs/s": pairs_per_s(f),
+                "pairs/CPU s": pairs_per_s(f, "cpu seconds"), "peak memory GiB": f["peak bytes"] / 2**30,
+                "process peak RSS GiB": f["peak_rss_gib"],
+            }))  # fmt: skip
         ours, theirs = measured["neoembed"], measured["st"]
         ratios[precision] = {
             "pairs_per_s": pairs_per_s(ours) / pairs_per_s(theirs),
@@ -231,47 +215,14 @@ def report(bench: ContrastiveBench, recipe: Path, data: Path, settings, arms: di
         f"Peak memory: {first['memory']}.",
     ]
     verdicts = [
-        f"{precision}: neoembed / ST pairs/s = {r['pairs_per_s']:.2f}x ({meets(r['pairs_per_s'] >= TARGET_RATIO)} "
-        f"the {TARGET_RATIO}x target set for the GPU; per CPU second {r['pairs_per_cpu_s']:.2f}x); peak memory "
-        f"{r['peak_memory']:.2f}x ST's "
+        f"{precision}: neoembed / ST pairs/s = {r['pairs_per_s']:.2f}x "
+        f"({meets(r['pairs_per_s'] >= TARGET_RATIO)} the {TARGET_RATIO}x target set for the GPU; "
+        f"per CPU second {r['pairs_per_cpu_s']:.2f}x); peak memory {r['peak_memory']:.2f}x ST's "
         f"({meets(r['peak_memory'] <= 1.0)} 'no higher')"
         for precision, r in ratios.items()
     ]
+    payload = {"settings": settings, "rows": rows, "ratios": ratios, "target_ratio": TARGET_RATIO}
+    payload |= {"arms": arms, "warmup_steps": bench.warmup_steps, "threads": bench.threads}
     return Report(
-        name="contrastive-speed",
-        title="neoembed bench contrastive --speed",
-        intro=intro,
-        tables=[Table(rows)],
-        verdicts=verdicts,
-        payload={
-            "settings": settings,
-            "rows": rows,
-            "ratios": ratios,
-            "target_ratio": TARGET_RATIO,
-            "arms": arms,
-            "warmup_steps": bench.warmup_steps,
-            "threads": bench.threads,
-        },
-    )
-    return report
-
-
-def pairs_per_s(figures: dict[str, Any], seconds: str = "seconds") -> float:
-    """Pairs trained per wall second of the timed steps, or per CPU second (`seconds="cpu seconds"`)."""
-    return figures["timed steps"] * figures["global batch"] / figures[seconds]
-
-
-def arm_row(precision: str, trainer: str, figures: dict[str, Any]) -> Row:
-    return Row(
-        {"precision": precision, "trainer": TRAINERS[trainer]},
-        {
-            "pairs in source": figures["rows"],
-            "global batch": figures["global batch"],
-            "mini-batch": figures["mini-batch"],
-            "timed steps": figures["timed steps"],
-            "pairs/s": pairs_per_s(figures),
-            "pairs/CPU s": pairs_per_s(figures, "cpu seconds"),
-            "peak memory GiB": figures["peak bytes"] / 2**30,
-            "process peak RSS GiB": figures["peak_rss_gib"],
-        },
+        "contrastive-speed", "neoembed bench contrastive --speed", payload, [Table(rows)], intro, verdicts
     )
