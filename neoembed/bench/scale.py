@@ -17,33 +17,26 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, write_report
+from neoembed.bench.report import Report, Row, Table, WrittenReport, meets, timed, write_report
 from neoembed.bench.settings import ScaleBench
 from neoembed.run_files import METRICS_FILE, read_jsonl
 
 TARGET_ENCODE_SPEEDUP = 1.8  # 2 ranks x 1 thread vs 1 rank x 1 thread (issue target)
 
 
-def _launch(ranks: int, *args: str) -> list[str]:
-    if ranks == 1:
-        return [sys.executable, *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *args]
-
-
-def _run(command: list[str], cwd: Path) -> None:
+def _launch(ranks: int, cwd: Path, *args: str) -> None:
+    """`python ARGS` in `cwd`, on `ranks` ranks (torchrun) of one thread each; a failure says how it ended."""
+    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    command = [sys.executable, *(torchrun if ranks > 1 else []), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(command)}` failed: {done.stderr[-2000:]}")
-
-
-# --- build-data: teacher encoding -------------------------------------------------------------------------
 
 
 def encode_worker(texts: int, out: str) -> None:
@@ -63,13 +56,10 @@ def encode_worker(texts: int, out: str) -> None:
     config = MiningConfig()
     model = load_embedder(config.teacher, device="cpu")
     glosses = [s.gloss for s in load_synsets()[:texts]]
-    share = glosses[rank::world]
-    model.encode(share[: config.batch_size], batch_size=config.batch_size)  # warm-up
+    model.encode(glosses[rank::world][: config.batch_size], batch_size=config.batch_size)  # warm-up
     if world > 1:
         dist.barrier()
-    started = time.perf_counter()
-    model.encode(share, batch_size=config.batch_size)
-    seconds = time.perf_counter() - started
+    seconds = timed(lambda: model.encode(glosses[rank::world], batch_size=config.batch_size))
     if world > 1:
         gathered = [0.0] * world  # every rank's seconds, filled in by all_gather_object
         dist.all_gather_object(gathered, seconds)
@@ -81,24 +71,22 @@ def encode_worker(texts: int, out: str) -> None:
 
 def bench_build_data(settings: ScaleBench, ranks: int, work: Path) -> Row:
     result = work / f"encode-{ranks}.json"
-    _run(_launch(ranks, "-m", "neoembed.bench.scale", "encode", str(settings.texts), str(result)), work)
+    _launch(ranks, work, "-m", "neoembed.bench.scale", "encode", str(settings.texts), str(result))
     measured = json.loads(result.read_text())
     return Row({"job": "build-data (teacher encoding)", "ranks": ranks},
                {"rate": measured["texts"] / measured["seconds"], "seconds": measured["seconds"]},
                unit="texts/s")  # fmt: skip
 
 
-# --- pretrain and contrastive -----------------------------------------------------------------------------
-
-
-def _train(job: str, ranks: int, recipe: dict[str, Any], work: Path) -> list[dict[str, Any]]:
-    """`neoembed JOB --recipe` on `ranks` ranks, afresh in work/JOB-RANKS; its metrics.jsonl records."""
-    run_dir = work / f"{job}-{ranks}"
-    recipe["train"]["output_dir"] = str(run_dir)
-    path = work / f"{job}-{ranks}.yaml"
-    path.write_text(yaml.safe_dump(recipe))
+def _train(job: str, ranks: int, steps: int, recipe: dict[str, Any], work: Path) -> list[dict[str, Any]]:
+    """`neoembed JOB --recipe` on `ranks` ranks, `steps` fp32 steps of one thread each, logged at every step,
+    nothing saved on the way, afresh in work/JOB-RANKS; its metrics.jsonl records."""
+    run_dir, path = work / f"{job}-{ranks}", work / f"{job}-{ranks}.yaml"
+    train = {"max_steps": steps, "log_steps": 1, "save_steps": 1000, "threads": 1, "precision": "fp32"}
+    train |= recipe.pop("train", {}) | {"output_dir": str(run_dir)}
+    path.write_text(yaml.safe_dump({**recipe, "optim": {"warmup_steps": 2}, "train": train}))
     shutil.rmtree(run_dir, ignore_errors=True)
-    _run(_launch(ranks, "-m", "neoembed", job, "--recipe", str(path)), work)
+    _launch(ranks, work, "-m", "neoembed", job, "--recipe", str(path))
     return read_jsonl(run_dir / METRICS_FILE)
 
 
@@ -114,11 +102,10 @@ def bench_pretrain(settings: ScaleBench, ranks: int, work: Path) -> Row:
         "corpus": {"files": [str(corpus)], "heldout_fraction": 0.01},
         "model": {"config": quickstart_neobert()},
         "data": {"max_length": 128, "batch_size": 16},
-        "optim": {"warmup_steps": 2},
-        "train": {"max_steps": settings.steps, "log_steps": 1, "save_steps": 1000, "eval_steps": 1000,
-                  "threads": 1, "precision": "fp32"},
-    }  # fmt: skip
-    rates = [m["tokens_per_s"] for m in _train("pretrain", ranks, recipe, work) if "tokens_per_s" in m]
+        "train": {"eval_steps": 1000},
+    }
+    records = _train("pretrain", ranks, settings.steps, recipe, work)
+    rates = [m["tokens_per_s"] for m in records if "tokens_per_s" in m]
     rates = rates[len(rates) // 3 :]  # the steps after the first third: allocation and caches warmed up
     return Row({"job": "pretrain (MLM, 4x128 NeoBERT)", "ranks": ranks},
                {"rate": sum(rates) / len(rates) / ranks}, unit="real tokens/s per rank")  # fmt: skip
@@ -134,12 +121,10 @@ def bench_contrastive(settings: ScaleBench, ranks: int, work: Path) -> Row:
     recipe = {
         "data": {"path": str(data), "max_negatives": 0},
         "model": {"base": "minilm", "max_length": 64},
-        "optim": {"warmup_steps": 2},
-        "train": {"max_steps": settings.steps, "batch_size": 16, "log_steps": 1, "save_steps": 1000,
-                  "threads": 1, "precision": "fp32"},
+        "train": {"batch_size": 16},
         "eval": {"sets": []},
-    }  # fmt: skip
-    runtime = logged_runtime(_train("contrastive", ranks, recipe, work))
+    }
+    runtime = logged_runtime(_train("contrastive", ranks, settings.steps, recipe, work))
     return Row({"job": "contrastive (MiniLM, gathered negatives)", "ranks": ranks},
                {"rate": settings.steps * 16 / runtime}, unit="pairs/s per rank")  # fmt: skip
 
@@ -157,10 +142,10 @@ def run(settings: ScaleBench) -> WrittenReport:
         scaling = many.number("rate") / one.number("rate")
         rows += [one.adding({"vs 1 rank": 1.0}), many.adding({"vs 1 rank": scaling})]
         if job == "build-data":
+            met = meets(scaling >= TARGET_ENCODE_SPEEDUP)
             verdicts.append(
                 f"{one['job']}: {settings.ranks} ranks encode {scaling:.2f}x the texts/s of 1 "
-                f"({meets(scaling >= TARGET_ENCODE_SPEEDUP)} the {TARGET_ENCODE_SPEEDUP}x target "
-                "for 2 ranks of 1 thread)"
+                f"({met} the {TARGET_ENCODE_SPEEDUP}x target for 2 ranks of 1 thread)"
             )
         else:
             verdicts.append(
@@ -168,16 +153,13 @@ def run(settings: ScaleBench) -> WrittenReport:
                 "the rest is the step's all-reduce (and, on a machine with as many cores as ranks, the cores "
                 "shared)"
             )
+    intro = (
+        f"1 rank vs {settings.ranks} ranks (torchrun, gloo), one thread each, on {os.cpu_count()} CPUs; "
+        f"load average {os.getloadavg()[0]:.1f}."
+    )
+    table = Table(rows, ["job", "ranks", "rate", "unit", "vs 1 rank"])
     report = Report(
-        name="scale",
-        title="neoembed bench scale",
-        intro=[
-            f"1 rank vs {settings.ranks} ranks (torchrun, gloo), one thread each, on {os.cpu_count()} CPUs; "
-            f"load average {os.getloadavg()[0]:.1f}."
-        ],
-        tables=[Table(rows, ["job", "ranks", "rate", "unit", "vs 1 rank"])],
-        verdicts=verdicts,
-        payload={"settings": settings, "rows": rows},
+        "scale", "neoembed bench scale", {"settings": settings, "rows": rows}, [table], [intro], verdicts
     )
     return write_report(report, settings.out)
 
