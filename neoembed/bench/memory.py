@@ -100,14 +100,14 @@ class PeakMemory:
     def __init__(self, device: str) -> None:
         import torch
 
-        self.cuda = device.startswith("cuda")
+        self.device, self.cuda = device, device.startswith("cuda")
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(device)
-            self.start = 0
+            self.meaning = "torch.cuda.max_memory_allocated over training"
         else:
             Path("/proc/self/clear_refs").write_text("5")
             self.start = _proc_bytes("/proc/self/status", "VmRSS")
-        self.device = device
+            self.meaning = "peak resident set's rise over training"
 
     def peak_bytes(self) -> int:
         import torch
@@ -115,11 +115,3 @@ class PeakMemory:
         if self.cuda:
             return torch.cuda.max_memory_allocated(self.device)
         return _proc_bytes("/proc/self/status", "VmHWM") - self.start
-
-    @property
-    def meaning(self) -> str:
-        return (
-            "torch.cuda.max_memory_allocated over training"
-            if self.cuda
-            else "peak resident set's rise over training"
-        )
