@@ -83,7 +83,7 @@ def _train(job: str, ranks: int, steps: int, recipe: dict[str, Any], work: Path)
     nothing saved on the way, afresh in work/JOB-RANKS; its metrics.jsonl records."""
     run_dir, path = work / f"{job}-{ranks}", work / f"{job}-{ranks}.yaml"
     train = {"max_steps": steps, "log_steps": 1, "save_steps": 1000, "threads": 1, "precision": "fp32"}
-    train |= recipe.pop("train", {}) | {"output_dir": str(run_dir)}
+    train |= recipe.get("train", {}) | {"output_dir": str(run_dir)}
     path.write_text(yaml.safe_dump({**recipe, "optim": {"warmup_steps": 2}, "train": train}))
     shutil.rmtree(run_dir, ignore_errors=True)
     _launch(ranks, work, "-m", "neoembed", job, "--recipe", str(path))
