@@ -94,10 +94,10 @@ def st_arm(settings_json: str, warmup: int, out: str) -> dict[str, Any]:
     threads, mini_batch_size = train.threads, loss.mini_batch_size
     assert threads is not None and mini_batch_size is not None
     torch.set_num_threads(threads)
-    made = []
+    made, scale = [], 1 / loss.temperature  # made: the loss the trainer built, which reports its mini-batch
 
     def make_loss(model) -> CachedMultipleNegativesRankingLoss:
-        made.append(CachedMultipleNegativesRankingLoss(model, scale=1 / loss.temperature, mini_batch_size=mini_batch_size))  # fmt: skip
+        made.append(CachedMultipleNegativesRankingLoss(model, scale=scale, mini_batch_size=mini_batch_size))
         return made[-1]
 
     clock = StepClock(warmup)
