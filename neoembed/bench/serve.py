@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
@@ -184,6 +184,7 @@ def _health_round(port: int, requests: list[bytes], count: int, clients: int) ->
 
 
 Round = tuple[float, list[float]]  # wall seconds, request latencies: the fastest round is the least
+Servers = dict[str, tuple[subprocess.Popen, int]]  # backend -> (process, port)
 
 
 @dataclass(frozen=True)
@@ -339,12 +340,13 @@ def bench_model(
     ]
     export = inference_backends.onnx_export(model, settings.out / "export" / label) if onnx else None
     with ExitStack() as stack:
-        servers = {}
+        servers: Servers = {}
         for backend in backends:
             arguments = server_arguments(backend, model, export, device)
             log = settings.out / f"server-{label}-{backend}.log"
             servers[backend] = stack.enter_context(running_server(arguments, settings.threads, log))
-        direct_s, rounds = _throughput_rounds(embedder, model, servers, inputs, texts, settings)
+        encode = partial(embedder.encode, inputs, show_progress_bar=False)
+        direct_s, rounds = _throughput_rounds(encode, model, servers, texts, settings)
         served = {}
         for backend, (process, port) in servers.items():
             requests = _requests(port, texts)
@@ -357,12 +359,7 @@ def bench_model(
 
 
 def _throughput_rounds(
-    embedder: Any,
-    model: str,
-    servers: dict[str, tuple[Any, int]],
-    inputs: list[str],
-    texts: list[list[str]],
-    settings: ServeBench,
+    encode: Callable[..., Any], model: str, servers: Servers, texts: list[list[str]], settings: ServeBench
 ) -> tuple[dict[int, list[float]], dict[str, tuple[list[Round], list[Round]]]]:
     """`repeats` rounds, each logged: encode at each batch size, then each server in rotating order through the
     raw-HTTP clients and through the openai client. Encode's seconds by batch size, each server's rounds."""
@@ -376,7 +373,7 @@ def _throughput_rounds(
     for round_ in range(settings.repeats):
         log = {"model": model, "round": round_}
         for size, times in direct_s.items():
-            times.append(timed(partial(embedder.encode, inputs, batch_size=size, show_progress_bar=False)))
+            times.append(timed(partial(encode, batch_size=size)))
             append_jsonl(log_path, {**log, "path": f"encode batch {size}", "seconds": times[-1]})
         for backend in rotated(list(servers), round_):
             (raw, openai), port = rounds[backend], servers[backend][1]
