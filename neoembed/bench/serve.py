@@ -310,9 +310,13 @@ def resolve_model(name: str, out: Path) -> str:
     return str(neobert_export(out / "neobert")) if name == "neobert" else name
 
 
+def onnx_among(backends: Sequence[str]) -> bool:
+    return any(b in inference_backends.ONNX_FILES for b in backends)
+
+
 def serving_device(backends: Sequence[str]) -> str:
     """ONNX Runtime runs on the CPU, so with an ONNX backend every side runs there, torch servers included."""
-    return "cpu" if any(b in inference_backends.ONNX_FILES for b in backends) else default_device()
+    return "cpu" if onnx_among(backends) else default_device()
 
 
 def bench_model(
@@ -327,7 +331,7 @@ def bench_model(
     from neoembed.embedder import load_embedder
 
     model, label = resolve_model(name, settings.out), Path(name).name if Path(name).exists() else name
-    onnx, device = any(b in inference_backends.ONNX_FILES for b in backends), serving_device(backends)
+    onnx, device = onnx_among(backends), serving_device(backends)
     embedder = load_embedder(model, device=device)
     compile_for_inference(embedder, "auto")  # like the servers: compiled on CUDA, eager on a CPU
     # The server truncates as encode does (--truncate), so both sides embed the same tokens.
