@@ -77,9 +77,13 @@ class Trial:
     peak: float  # FLOP/s
     peak_source: str
 
-    def current_peak(self) -> float:
+    @property
+    def remeasured(self) -> bool:
         """A measured peak (not a table entry or --peak-tflops) is measured again around each layout."""
-        if self.peak_source.startswith("measured"):
+        return self.peak_source.startswith("measured")
+
+    def current_peak(self) -> float:
+        if self.remeasured:
             return neobert.measured_matmul_flops(self.device, self.autocast or torch.float32)
         return self.peak
 
@@ -151,9 +155,7 @@ def report(trial: Trial, budget, measured: dict[str, tuple[Row, Mfu]], loss_gap:
     tokens = {name: row.number("tokens/s") for name, (row, _) in measured.items()}
     speedup = tokens["packed"] / tokens["padded"]
     unpadded_speedup = tokens["padded, unpadded path"] / tokens["padded"]
-    remeasured = (
-        ", measured again before and after each layout" if trial.peak_source.startswith("measured") else ""
-    )
+    remeasured = ", measured again before and after each layout" if trial.remeasured else ""
     cuda = torch.device(device).type == "cuda"
     target = f"; the target is {TARGET_MFU:.0%} on an H100 in bf16 at 1024 tokens" if cuda else ""
     verdicts = [
