@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     from .manpages import manpages_retrieval as manpages_retrieval
     from .mining import (
         SEARCH_CHUNK as SEARCH_CHUNK,
+        Miner as Miner,
         MiningConfig as MiningConfig,
         exact_searcher as exact_searcher,
     )
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         RecordsError as RecordsError,
         load_records as load_records,
     )
+    from .relations import Keys as Keys
     from .rescore import RescoreConfig as RescoreConfig
     from .shards import (
         Share as Share,
