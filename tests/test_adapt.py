@@ -265,3 +265,28 @@ def test_a_corpus_quoting_the_held_out_sets_runs_to_the_end(tmp_path, encoder):
     assert (
         not {t.casefold() for rows in held.values() for t in [*rows["query"], *rows["positive"]]} & evaluated
     )
+
+
+def test_hard_negatives_are_mined_among_the_method_s_positives_never_from_the_query_s_document(
+    tmp_path, encoder
+):
+    """48 documents and 72 crop pairs: the method passes over the documents twice, so two pairs share a
+    document, and neither may be the other's negative."""
+    texts = documents(60)
+    corpus, out = write(tmp_path / "docs.txt", texts), tmp_path / "run"
+    more = ["--pairs.methods", '["crop"]', "--pairs.negatives", "2", "--steps", "9"]
+    args = adapt_args(corpus, out, encoder, *more, "--export.base_weight", "0.0")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = load_records(out / "pairs")["crop"]
+    assert len(rows) == 72
+    mined = json.loads((out / "adapt.json").read_text())["negatives"]["crop"]
+    assert mined["mined"] == sum(map(len, rows["negatives"])) > 72  # most pairs got both
+    assert mined["dropped_same_document"] > 0
+    positives = set(rows["positive"])
+    for query, negatives in zip(rows["query"], rows["negatives"], strict=True):
+        assert set(negatives) <= positives
+        home = {t for t in texts if query in t}
+        assert not any(n in t for n in negatives for t in home)
+    assert f"hard negatives: crop {mined['mined']}" in result.output
+    assert not [p for p in out.iterdir() if p.name.startswith("tmp")]  # the miner's scratch is gone

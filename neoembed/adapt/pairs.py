@@ -18,6 +18,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import regex
 
@@ -79,6 +80,7 @@ STOPWORDS = frozenset(
 )
 MIN_SPAN_WORDS = 4
 Pair = tuple[str, str]
+Sourced = tuple[int, Pair]  # a pair and the index of the document it was made from
 
 
 def words_of(text: str) -> list[str]:
@@ -147,7 +149,7 @@ def terms_pair(
     return query, text
 
 
-def make_pairs(
+def sourced_pairs(
     documents: Sequence[str],
     methods: Sequence[str],
     *,
@@ -156,10 +158,11 @@ def make_pairs(
     crop_ratio: tuple[float, float] = (0.2, 0.6),
     term_words: int = 2,
     hide_terms: bool = False,
-) -> dict[str, list[Pair]]:
-    """Method -> `rows` pairs (None: one per document), from the documents in a seeded random order, passing
-    over them again, with new random draws, while more are needed; `lead`, which draws nothing, gives at most
-    one per document. Documents a method cannot use are skipped."""
+) -> dict[str, list[Sourced]]:
+    """Method -> `rows` pairs (None: one per document), each with the index of the document it was made from,
+    from the documents in a seeded random order, passing over them again, with new random draws, while more
+    are needed; `lead`, which draws nothing, gives at most one per document. Documents a method cannot use are
+    skipped."""
     rng = random.Random(seed)
     frequency = document_frequency(documents) if "terms" in methods else Counter()
     makers: dict[str, Callable[[str], Pair | None]] = {
@@ -168,27 +171,43 @@ def make_pairs(
         "terms": lambda text: terms_pair(text, rng, frequency, len(documents), term_words, hide_terms),
     }
     wanted = len(documents) if rows is None else rows
-    made: dict[str, list[Pair]] = {}
+    made: dict[str, list[Sourced]] = {}
     for method in methods:
-        pairs: list[Pair] = []
+        pairs: list[Sourced] = []
         passes = 1 if method == "lead" or rows is None else -(-wanted // max(len(documents), 1)) + 1
         for _ in range(passes):
-            order = list(documents)
+            order = list(range(len(documents)))
             rng.shuffle(order)
-            pairs += [p for text in order if (p := makers[method](text)) is not None]
+            pairs += [(i, p) for i in order if (p := makers[method](documents[i])) is not None]
             if len(pairs) >= wanted:
                 break
         made[method] = pairs[:wanted]
     return made
 
 
+def make_pairs(documents: Sequence[str], methods: Sequence[str], **options: Any) -> dict[str, list[Pair]]:
+    """`sourced_pairs`' pairs without their documents."""
+    return {
+        method: [pair for _, pair in made]
+        for method, made in sourced_pairs(documents, methods, **options).items()
+    }
+
+
 def write_pairs(
-    out: Path, pairs: dict[str, list[Pair]], *, config: dict, leaked: dict[str, int], dropped: dict[str, int]
+    out: Path,
+    pairs: dict[str, list[Pair]],
+    *,
+    config: dict,
+    leaked: dict[str, int],
+    dropped: dict[str, int],
+    negatives: dict[str, list[list[str]]] | None = None,
+    mined: dict[str, dict[str, int]] | None = None,
 ) -> None:
     """`pairs` as a build in `out`: `<out>/<source>/part-00000.parquet` (query, positive, negatives, source)
     per source, then `stats.json`, last, as the builder writes it (its presence marks the build complete).
     `leaked`: documents left out as evaluation queries; `dropped`: pairs per source left out for carrying a
-    text they may not (`adapt.run.without_texts`)."""
+    text they may not (`adapt.run.without_texts`); `negatives`: each pair's mined negatives per source (none
+    where absent), and `mined` the miner's counts per source (`adapt.negatives`)."""
     import pyarrow as pa
 
     sources = {}
@@ -199,7 +218,9 @@ def write_pairs(
             {
                 "query": [q for q, _ in rows],
                 "positive": [p for _, p in rows],
-                "negatives": pa.array([[] for _ in rows], pa.list_(pa.string())),
+                "negatives": pa.array(
+                    (negatives or {}).get(source) or [[] for _ in rows], pa.list_(pa.string())
+                ),
                 "source": [source] * len(rows),
             }
         )
@@ -216,6 +237,8 @@ def write_pairs(
             "rows_out": sum(len(rows) for rows in pairs.values()),
             "rows_dropped_for_leakage": dict(leaked),
             "pairs_dropped_for_guarded_text": dict(dropped),
+            "negatives_mined": dict(mined or {}),
         },
     }
+    Path(out).mkdir(parents=True, exist_ok=True)  # a selection split too small for any method writes no part
     write_json(Path(out) / "stats.json", stats)

@@ -1,12 +1,14 @@
 """`neoembed adapt`: a bare corpus -> pairs (`adapt.pairs`) -> the contrastive trainer -> an adapted embedder.
 
 The run directory (`train.output_dir`) holds:
-  pairs/      the training pairs, a build `data.load_records` reads (one source per method)
+  pairs/      the training pairs, a build `data.load_records` reads (one source per method), with the hard
+              negatives mined for them when pairs.negatives asks
   selection/  pairs of the held-out documents: the selection split export.base_weight auto chooses on
   train/      the contrastive run: checkpoints, metrics.jsonl, recipe, summary.json
   model/      the adapted sentence-transformers directory (unless export.path says elsewhere)
   adapt.json  what the corpus gave: rows read, documents kept and left out (and why), pairs per method, and
-              the pairs dropped for carrying an evaluation or selection text (training and selection alike)
+              the pairs dropped for carrying an evaluation or selection text (training and selection alike),
+              and what the miner counted when negatives were mined
 Every check that can refuse (the base model, the recipe's selection sets against the evaluation texts) runs
 before any pair is made; pair-making itself drops what the trainer's checks would refuse, and counts it.
 Re-running the same command resumes: the pairs are kept when made from the same corpus file and settings
@@ -17,12 +19,14 @@ resumes from its newest complete checkpoint.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from neoembed.adapt.corpus import CorpusCounts, CorpusError
-from neoembed.adapt.pairs import Pair, make_pairs, write_pairs
+from neoembed.adapt.negatives import mine_negatives
+from neoembed.adapt.pairs import Sourced, sourced_pairs, write_pairs
 from neoembed.adapt.settings import AdaptSettings
 from neoembed.contrastive import (
     ContrastiveResult,
@@ -51,6 +55,18 @@ class AdaptResult:
     pairs: dict[str, int]  # method -> training pairs made
     dropped: dict[str, dict[str, int]]  # "pairs" | "selection" -> method -> pairs carrying a guarded text
     training: ContrastiveResult
+    negatives: dict[str, dict[str, int]] = field(default_factory=dict)  # method -> the miner's counts
+
+
+@dataclass(frozen=True)
+class Made:
+    """A pair set as its maker leaves it, before it is written (`pairs.write_pairs`)."""
+
+    pairs: dict[str, list[Sourced]]
+    leaked: dict[str, int]  # documents left out as evaluation queries
+    dropped: dict[str, int]  # method -> pairs dropped for carrying a guarded text
+    negatives: dict[str, list[list[str]]] = field(default_factory=dict)  # method -> each pair's negatives
+    mined: dict[str, dict[str, int]] = field(default_factory=dict)  # method -> the miner's counts
 
 
 def pair_config(settings: AdaptSettings, guard: LeakGuard) -> dict[str, Any]:
@@ -59,10 +75,13 @@ def pair_config(settings: AdaptSettings, guard: LeakGuard) -> dict[str, Any]:
     guarded at all) may carry a query the run must not train on."""
     corpus = Path(settings.corpus.path).resolve()
     stat = corpus.stat()
+    # Pairs made without negatives keep the digest they had before negatives could be mined (runs resume).
+    unmined = () if settings.pairs.negatives else ("negatives", "negative_margin")
     return {
         "corpus": {"file": str(corpus), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "corpus_settings": settings.corpus.model_dump(mode="json"),
-        "pairs": settings.pairs.model_dump(mode="json", exclude={"prompts", "alpha"}),
+        "pairs": settings.pairs.model_dump(mode="json", exclude={"prompts", "alpha", *unmined}),
+        **({"miner": settings.model.base} if settings.pairs.negatives else {}),
         "rows": training_rows(settings),
         "seed": settings.train.seed,
         "guard": guard.digest,
@@ -76,9 +95,18 @@ def training_rows(settings: AdaptSettings) -> int:
     return max(drawn, train.batch_size)
 
 
-def ensure_pairs(out: Path, config: dict[str, Any], make) -> tuple[dict[str, int], dict[str, int]]:
-    """The pairs in `out` (made by `make()` unless a finished set from the same `config` is there): pairs per
-    method, and pairs dropped per method for carrying a guarded text."""
+@dataclass(frozen=True)
+class PairCounts:
+    """A written pair set's counts per method (`adapt.json`)."""
+
+    pairs: dict[str, int]  # pairs made
+    dropped: dict[str, int]  # pairs dropped for carrying a guarded text
+    mined: dict[str, dict[str, int]]  # the miner's counts, when negatives were mined
+
+
+def ensure_pairs(out: Path, config: dict[str, Any], make: Callable[[], Made]) -> PairCounts:
+    """The counts of the pairs in `out`, made by `make()` and written unless a finished set from the same
+    `config` is there."""
     stats_file = out / "stats.json"
     if stats_file.exists():
         stats = json.loads(stats_file.read_text(encoding="utf-8"))
@@ -87,11 +115,21 @@ def ensure_pairs(out: Path, config: dict[str, Any], make) -> tuple[dict[str, int
                 f"{out} holds pairs made from another corpus or other settings; use another train.output_dir",
                 param="train.output_dir",
             )
-        made = {source: s["rows_out"] for source, s in stats["sources"].items()}
-        return made, stats["total"]["pairs_dropped_for_guarded_text"]
-    pairs, leaked, dropped = make()
-    write_pairs(out, pairs, config={"made_from": config}, leaked=leaked, dropped=dropped)
-    return {method: len(rows) for method, rows in pairs.items()}, dropped
+        total = stats["total"]
+        counts = {source: s["rows_out"] for source, s in stats["sources"].items()}
+        return PairCounts(counts, total["pairs_dropped_for_guarded_text"], total.get("negatives_mined", {}))
+    made = make()
+    pairs = {method: [pair for _, pair in sourced] for method, sourced in made.pairs.items()}
+    write_pairs(
+        out,
+        pairs,
+        config={"made_from": config},
+        leaked=made.leaked,
+        dropped=made.dropped,
+        negatives=made.negatives,
+        mined=made.mined,
+    )
+    return PairCounts({method: len(rows) for method, rows in pairs.items()}, made.dropped, made.mined)
 
 
 def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
@@ -101,11 +139,14 @@ def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
 
 
 def without_texts(
-    pairs: dict[str, list[Pair]], keys: frozenset[int]
-) -> tuple[dict[str, list[Pair]], dict[str, int]]:
+    pairs: dict[str, list[Sourced]], keys: frozenset[int]
+) -> tuple[dict[str, list[Sourced]], dict[str, int]]:
     """`pairs` less those with a query or positive whose text key is in `keys`, and how many each method lost
     (only methods that lost some)."""
-    kept = {method: [p for p in rows if keys.isdisjoint(map(text_key, p))] for method, rows in pairs.items()}
+    kept = {
+        method: [(document, pair) for document, pair in rows if keys.isdisjoint(map(text_key, pair))]
+        for method, rows in pairs.items()
+    }
     lost = {method: len(pairs[method]) - len(rows) for method, rows in kept.items()}
     return kept, {method: n for method, n in lost.items() if n}
 
@@ -148,7 +189,10 @@ def contrastive_settings(settings: AdaptSettings, out: Path, selected: list[str]
     )
     return ContrastiveSettings(
         data=DataSettings(
-            path=str(out / PAIRS), alpha=settings.pairs.alpha, max_negatives=0, prompts=settings.pairs.prompts
+            path=str(out / PAIRS),
+            alpha=settings.pairs.alpha,
+            max_negatives=settings.pairs.negatives,
+            prompts=settings.pairs.prompts,
         ),
         model=settings.model,
         loss=settings.loss,
@@ -169,15 +213,15 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
     with run_lock(out):
         corpus = settings.corpus.read(evaluated)
         config, pairs = pair_config(settings, corpus.guard), settings.pairs
-        options = {
+        options: dict[str, Any] = {
             "seed": settings.train.seed,
             "crop_ratio": pairs.crop_ratio,
             "term_words": pairs.term_words,
         }
         batch = settings.train.batch_size
 
-        def training_pairs():
-            made = make_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
+        def training_pairs() -> Made:
+            made = sourced_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
             # No evaluation query may be trained on, and the general selection sets must be text the run does
             # not train on (the selection refuses them).
             made, dropped = without_texts(made, corpus.guard.keys | general)
@@ -188,20 +232,30 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
                     "documents are too few or too short for these methods",
                     param="corpus.path",
                 )
-            return usable, corpus.counts.leaked, dropped
+            if not pairs.negatives:
+                return Made(usable, corpus.counts.leaked, dropped)
+            negatives, mined = mine_negatives(
+                usable,
+                teacher=settings.model.base,
+                count=pairs.negatives,
+                margin=pairs.negative_margin,
+                workdir=out,
+            )
+            return Made(usable, corpus.counts.leaked, dropped, negatives, mined)
 
-        made, dropped = ensure_pairs(out / PAIRS, config, training_pairs)
+        made = ensure_pairs(out / PAIRS, config, training_pairs)
 
-        def selection_pairs():
-            held = make_pairs(corpus.selection, list(made), **options)
+        def selection_pairs() -> Made:
+            held = sourced_pairs(corpus.selection, list(made.pairs), **options)
             # A short query can recur across documents, and a document's first sentence or span can be an
             # evaluation's text (a definition a dictionary copies): a pair sharing a text with training or with
             # any evaluated set would be choosing on text the selection split refuses.
             held, lost = without_texts(held, corpus.guard.keys | evaluated | training_texts(out / PAIRS))
-            return enough(held, MIN_SELECTION), {}, lost
+            return Made(enough(held, MIN_SELECTION), {}, lost)
 
-        selection, selection_dropped = ensure_pairs(out / SELECTION, config, selection_pairs)
-        dropped_pairs = {"pairs": dropped, "selection": selection_dropped}
-        write_json(out / REPORT, {"corpus": asdict(corpus.counts), "pairs": made, "dropped": dropped_pairs})
-    training = run_contrastive(contrastive_settings(settings, out, list(selection)))
-    return AdaptResult(corpus.counts, made, dropped_pairs, training)
+        selection = ensure_pairs(out / SELECTION, config, selection_pairs)
+        dropped_pairs = {"pairs": made.dropped, "selection": selection.dropped}
+        report = {"corpus": asdict(corpus.counts), "pairs": made.pairs, "dropped": dropped_pairs}
+        write_json(out / REPORT, {**report, "negatives": made.mined} if made.mined else report)
+    training = run_contrastive(contrastive_settings(settings, out, list(selection.pairs)))
+    return AdaptResult(corpus.counts, made.pairs, dropped_pairs, training, made.mined)

@@ -71,6 +71,12 @@ class PairSettings(StrictSettings):
     """Each crop is this share of the document's words, drawn uniformly between the two."""
     term_words: int = Field(default=2, gt=0)
     """Words of a terms query."""
+    negatives: int = Field(default=0, ge=0)
+    """Hard negatives per pair, mined with the base model among the positives of the pair's method
+    (`adapt.negatives`); each is one more text encoded per pair in every step. 0: in-batch negatives only."""
+    negative_margin: float = Field(default=0.95, gt=0.0, le=1.0)
+    """A candidate the base model scores above this x the pair's positive is not taken as a negative (the
+    positive-aware rule: on pseudo pairs most such candidates are other true answers)."""
     alpha: float = Field(default=1.0, ge=0.0)
     """Each step's method is sampled with probability ~ its pairs^alpha."""
     prompts: dict[str, PromptSettings] = Field(default_factory=dict)

@@ -46,6 +46,19 @@ def adapt(settings: AdaptSettings) -> None:
         + ", ".join(f"{method} {n}" for method, n in result.pairs.items())
         + (f" (dropped for carrying an evaluation or selection text: {dropped})" if dropped else "")
     )
+    if result.negatives:
+        dropped_as = {
+            "dropped_margin": "nearly the positive",
+            "dropped_same_document": "from the query's document",
+        }
+        why = ", ".join(
+            f"{sum(c[key] for c in result.negatives.values())} {reason}" for key, reason in dropped_as.items()
+        )
+        typer.echo(
+            "hard negatives: "
+            + ", ".join(f"{method} {c['mined']}" for method, c in result.negatives.items())
+            + f" (mined with the base model; candidates left out: {why})"
+        )
     training = result.training
     typer.echo(f"steps: {training.steps}; base weight kept: {training.base_weight}")
     for line in training.score_lines():
