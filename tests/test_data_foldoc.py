@@ -1,5 +1,8 @@
 """FOLDOC, the cross-source held-out set: parsed from Debian's dict-foldoc (installed into the cache if absent)."""
 
+import hashlib
+import json
+
 from neoembed.data.foldoc import clean_definition, foldoc_retrieval, heldout_texts, load_entries
 
 
@@ -29,3 +32,12 @@ def test_smaller_sets_are_prefixes_of_the_held_out_set_every_build_guards():
     assert guarded == {*queries.values(), *corpus.values()}
     small_queries, small_corpus, _ = foldoc_retrieval(n_queries=20, n_corpus=60)
     assert {*small_queries.values(), *small_corpus.values()} <= guarded
+
+
+def test_the_held_out_set_is_the_one_published_scores_were_measured_on():
+    """FOLDOCDefinitionRetrieval's texts and judgements, hashed: reading or sampling FOLDOC differently must bump
+    local_tasks.FOLDOC_REVISION (and re-measure), never pass unnoticed."""
+    queries, corpus, relevant = foldoc_retrieval()
+    judged = {query: sorted(docs) for query, docs in relevant.items()}
+    digest = hashlib.sha256(json.dumps([queries, corpus, judged], sort_keys=True).encode()).hexdigest()
+    assert digest == "dc37d3146498462908c20094ac40cd076cbaf3de1a7e9c97862a221a2ea6b189"
