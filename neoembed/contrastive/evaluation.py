@@ -16,7 +16,7 @@ from sentence_transformers.sentence_transformer.evaluation import (
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.settings import EvalSettings, HeldOutSet, PromptSettings
-from neoembed.data import foldoc_retrieval, manpages_retrieval, packages_retrieval
+from neoembed.data import foldoc_retrieval, jargon_retrieval, manpages_retrieval, packages_retrieval
 from neoembed.evaluation import wordnet_example_retrieval
 
 RECALL_AT = [1, 10, 100]
@@ -55,15 +55,18 @@ def retrieval_set(spec: HeldOutSet) -> tuple[dict, dict, dict]:
         return manpages_retrieval(**sizes)
     if spec.kind == "packages":
         return packages_retrieval(**sizes)
+    if spec.kind == "jargon":
+        return jargon_retrieval(**sizes)
     assert spec.path is not None and spec.source is not None  # the validator requires both for records
     return records_retrieval(spec.path, spec.source, **sizes)
 
 
 def prompt_source(spec: HeldOutSet) -> str | None:
-    """The source whose prompts a set's texts get: the WordNet build's source is `wordnet`; FOLDOC is no
-    training source, so it gets the default pair (the export's `query` / `document` prompts); a records set
-    gets its `source`'s, and every other kind is read from the training source of its name."""
-    if spec.kind == "foldoc":
+    """The source whose prompts a set's texts get: the WordNet build's source is `wordnet`; FOLDOC and the
+    Jargon File are no training source, so they get the default pair (the export's `query` / `document`
+    prompts); a records set gets its `source`'s, and every other kind is read from the training source of its
+    name."""
+    if spec.kind in ("foldoc", "jargon"):
         return None
     return spec.source if spec.kind == "records" else spec.kind
 
@@ -139,6 +142,7 @@ def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None)
         "model",
         "manpages": "a manual page's NAME summary -> its description (Debian's manpages and manpages-dev)",
         "packages": "a Debian package's synopsis -> its description (the archive's English descriptions)",
+        "jargon": "a Jargon File term -> its definition: a source no training build reads",
     }
     out = {}
     for spec in settings.sets:

@@ -199,20 +199,21 @@ class HeldOutSet(StrictSettings):
     """A held-out retrieval set scored before, during and after training (nDCG@10, recall@k). A bare name,
     `wordnet` or `foldoc`, stands for `{kind: name}`."""
 
-    kind: Literal["wordnet", "foldoc", "records", "manpages", "packages"]
+    kind: Literal["wordnet", "foldoc", "records", "manpages", "packages", "jargon"]
     """wordnet: held-out example sentence -> definition; foldoc: FOLDOC computing term -> definition, a source
     no training build reads; records: a held-out build's query -> positive; manpages: a manual page's summary
     -> its description; packages: a Debian package's synopsis -> its description (manpages and packages are
-    training sources too: score one only where the run does not train on it)."""
+    training sources too: score one only where the run does not train on it); jargon: a Jargon File term ->
+    its definition, a source no training build reads."""
     path: str | None = None  # records: a build-data output holding held-out records
     source: str | None = None  # records: which source of it
     name: str | None = None  # in metric names and reports; None: the kind (records: the source)
     queries: int | None = Field(
         default=None, gt=0
-    )  # None: the set's own size (wordnet 500, foldoc 300, records 500, manpages 500, packages 500)
+    )  # None: the set's own size (wordnet 500, foldoc 300, records 500, manpages 500, packages 500, jargon 300)
     corpus: int | None = Field(
         default=None, gt=0
-    )  # None: wordnet 2,000, foldoc 1,500, records 2,000, manpages all, packages 2,000
+    )  # None: wordnet 2,000, foldoc 1,500, records 2,000, manpages all, packages 2,000, jargon all
 
     @model_validator(mode="before")
     @classmethod

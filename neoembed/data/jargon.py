@@ -1,0 +1,136 @@
+"""The Jargon File (version 4.4.7), from Debian's `dict-jargon`: the third held-out corpus of `bench adapt`.
+
+Hacker slang and its lore, defined in a voice of its own, unlike FOLDOC's or the package maintainers'. No
+training build reads it: its held-out term queries are handed to `neoembed adapt` as evaluation queries, as
+the package synopses are (`jargon_retrieval`).
+
+The package is a dictd database (`dictd`, which reads its entries' text). An entry's text is its headword,
+header lines of pronunciation and part of speech (` /dee·rez'/, n.`), a blank line, then the body's
+paragraphs: numbered senses (`1. `), each opening with usage or etymology notes in brackets (`[common]`,
+`[from the movie Tron]`) and perhaps a part of speech again (`vt.`); `{cross references}`; and variant forms
+in a paragraph of their own (`(also derez)`, `alt.: NOP /nop/`). Each headword heads one entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from neoembed.data import dictd
+from neoembed.data.debian import package_dir
+
+PACKAGE_FILES = "usr/share/dictd"
+HELDOUT_QUERIES = 300  # JargonDefinitionRetrieval's queries, and the terms `bench adapt` guards
+# What a sense opens with before its text: a sense number (`1. `; once `1, `), a part of speech (those of the
+# header lines, as `n.` or `v.,n.`, with `obs.`), a pronunciation (`/kluhj/`), or the punctuation a note
+# leaves behind (`[...]. Not knowing ...`).
+_PARTS_OF_SPEECH = r"n|v|vt|vi|adj|adv|interj|excl|pref|suff|infix|prov|imp|quant|abbrev|prep|conj|cav|pl|obs"
+_OPENING = re.compile(rf"\d+[.,]\s|(?:(?:{_PARTS_OF_SPEECH})\.,?\s*)+(?=\W|[A-Z])|/[^/]+/(?=\s)\s*|[.,;:]\s*")
+_VARIANTS = re.compile(r"\([^()]*\)\.?|(?:alt|var)\.: .*")  # a paragraph of variant forms only
+
+
+@dataclass(frozen=True)
+class Entry:
+    term: str
+    definition: str
+
+
+def _has_data(path: Path) -> bool:
+    return dictd.has_database(path, "jargon")
+
+
+def jargon_dir() -> Path:
+    """$NEOEMBED_JARGON_DIR, /usr/share/dictd, or ~/.cache/neoembed/jargon filled from the Debian mirror."""
+    return package_dir("dict-jargon", PACKAGE_FILES, _has_data, "NEOEMBED_JARGON_DIR", "jargon")
+
+
+def _note_end(text: str) -> int:
+    """Where the bracketed note `text` opens with ends (brackets nest: `[for ‘[paper] Tape’]`); one left open
+    by a slip of the source (`[portmanteau of ‘spam’. Massive floods ...`) ends at its first sentence."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth == 0:
+            return i + 1
+    sentence = text.find(". ")
+    return sentence + 1 if sentence > 0 else len(text)
+
+
+def _strip_opening(text: str) -> str:
+    """`text` without the sense numbers, notes and parts of speech it opens with, in any order."""
+    while text:
+        if text.startswith("["):
+            text = text[_note_end(text) :].lstrip()
+        elif opening := _OPENING.match(text):
+            text = text[opening.end() :]
+        else:
+            break
+    return text
+
+
+def clean_definition(body: str) -> str:
+    """The first paragraph of an entry's body that defines (not only variant forms), as plain text: its
+    opening sense number, notes and part of speech removed, reference braces removed, whitespace collapsed,
+    cut to `dictd.MAX_WORDS` words."""
+    for paragraph in dictd.paragraphs(body):
+        text = _strip_opening(" ".join(paragraph.split()))
+        if text and not _VARIANTS.fullmatch(text):
+            return dictd.cut(text.replace("{", "").replace("}", "").replace("\xad", ""))
+    return ""
+
+
+@functools.lru_cache(maxsize=2)
+def _load(path: Path) -> tuple[Entry, ...]:
+    entries = []
+    for text in dictd.entry_texts(path, "jargon"):
+        head, _, body = text.partition("\n\n")  # the headword, its header lines, a blank line, the body
+        term, definition = head.split("\n", 1)[0].strip(), clean_definition(body)
+        if term and len(definition.split()) >= dictd.MIN_WORDS:
+            entries.append(Entry(term, definition))
+    return tuple(entries)
+
+
+def load_entries(path: Path | str | None = None) -> list[Entry]:
+    """Every Jargon File entry with a definition (`dictd.MIN_WORDS` words or more: the shorter are mostly
+    "See {foo}." or "Syn. {foo}."), in file order."""
+    return list(_load(Path(path) if path is not None else jargon_dir()))
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def jargon_retrieval(
+    n_queries: int = HELDOUT_QUERIES, n_corpus: int | None = None
+) -> tuple[dict, dict, dict]:
+    """A term -> its definition, among every distinct definition (the first `n_corpus` of them, if given).
+
+    Entries are taken in a fixed pseudo-random order (a hash of the term, the same on every machine), so a
+    smaller set is a prefix of a larger one and the first `n_queries` terms are a sample of the whole file.
+    A definition two entries share is one document, relevant to both their terms; a term two entries have
+    (in any letter case) is one query, both its definitions relevant: no query has a relevant document that
+    the corpus repeats under another id."""
+    entries = sorted(
+        load_entries(), key=lambda e: (hashlib.sha256(_key(e.term).encode()).digest(), e.definition)
+    )
+    ids: dict[str, str] = {}  # definition key -> document id
+    corpus: dict[str, str] = {}
+    heads: defaultdict[str, set[str]] = defaultdict(set)  # term key -> ids of the documents it heads
+    terms: dict[str, str] = {}  # term key -> the term as first met
+    for entry in entries:
+        key = _key(entry.definition)
+        if key not in ids:
+            if n_corpus is not None and len(ids) == n_corpus:
+                continue
+            ids[key] = f"j{len(ids)}"
+            corpus[ids[key]] = entry.definition
+        heads[_key(entry.term)].add(ids[key])
+        terms.setdefault(_key(entry.term), entry.term)
+    held_out = list(terms.items())[:n_queries]
+    queries = {f"q{i}": term for i, (_, term) in enumerate(held_out)}
+    relevant = {f"q{i}": heads[key] for i, (key, _) in enumerate(held_out)}
+    return queries, corpus, relevant
