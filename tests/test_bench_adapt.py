@@ -1,4 +1,4 @@
-"""`neoembed bench adapt` end to end on a tiny model: both corpora written as a user would hand them over,
+"""`neoembed bench adapt` end to end on a tiny model: the three corpora written as a user would hand them over,
 per seed the adaptation, plain ST on its pairs and steps, and TSDAE on its documents and minutes, one mteb
 run, the report and its targets, reuse, and a run without the TSDAE baseline."""
 
@@ -25,7 +25,7 @@ def test_the_bench_adapts_and_reports_every_target(tmp_path, minilm_path):
     runs = report["runs"]
     names = [
         f"{c}-{m}-fp32-seed{s}"
-        for c in ("foldoc", "packages")
+        for c in ("foldoc", "packages", "jargon")
         for s in (0, 1)
         for m in ("adapt", "st", "tsdae")
     ]
@@ -43,10 +43,13 @@ def test_the_bench_adapts_and_reports_every_target(tmp_path, minilm_path):
     assert (
         len(corpus) == 300 and len((out / "corpora" / "packages-queries.txt").read_text().splitlines()) == 500
     )
-    # every model scored on both corpora's tasks and WordNet's, the targets said per corpus
-    assert {"FOLDOCDefinitionRetrieval", "PackageDescriptionRetrieval"} <= set(report["scores"]["BM25"])
+    # the Jargon File's definitions likewise, its 300 held-out terms guarded
+    assert len((out / "corpora" / "jargon-queries.txt").read_text().splitlines()) == 300
+    # every model scored on every corpus's task and WordNet's, the targets said per corpus
+    tasks = {"FOLDOCDefinitionRetrieval", "PackageDescriptionRetrieval", "JargonDefinitionRetrieval"}
+    assert tasks <= set(report["scores"]["BM25"])
     verdicts = report["verdicts"]
-    assert len(verdicts) == 2 * 5 and all(v.endswith(("met", "NOT met")) for v in verdicts)
+    assert len(verdicts) == 3 * 5 and all(v.endswith(("met", "NOT met")) for v in verdicts)
     assert any("ahead of ST TSDAE" in v for v in verdicts)
     markdown = (out / "adapt.md").read_text()
     assert "neoembed adapt - base" in markdown and "ST TSDAE" in markdown
@@ -66,4 +69,4 @@ def test_the_bench_adapts_and_reports_every_target(tmp_path, minilm_path):
     assert sorted(partial["runs"]) == sorted(n for n in names if "-tsdae-" not in n)
     table_rows = [line for line in (out / "adapt.md").read_text().splitlines() if line.startswith("|")]
     assert table_rows and not any("TSDAE" in line for line in table_rows)
-    assert sum("not measured (--baselines left TSDAE out)" in v for v in partial["verdicts"]) == 2
+    assert sum("not measured (--baselines left TSDAE out)" in v for v in partial["verdicts"]) == 3

@@ -1,7 +1,7 @@
-"""`neoembed bench adapt`: `neoembed adapt` on two corpora of another kind than its base model's training data,
-against the base model, plain sentence-transformers on the adaptation's own pairs for as many steps (MNRL, as
-`bench contrastive`'s baseline) and on the same documents for as many minutes (TSDAE), and BM25, over several
-seeds, with paired intervals.
+"""`neoembed bench adapt`: `neoembed adapt` on three corpora of another kind than its base model's training
+data, against the base model, plain sentence-transformers on the adaptation's own pairs for as many steps
+(MNRL, as `bench contrastive`'s baseline) and on the same documents for as many minutes (TSDAE), and BM25,
+over several seeds, with paired intervals.
 
 - FOLDOC: the definitions of every FOLDOC entry as the user's documents, the ones the evaluation searches
   among them, and no term (so no term -> definition pair can enter training; the guard also leaves out any
@@ -9,6 +9,9 @@ seeds, with paired intervals.
 - Debian package descriptions: the first `packages` of the fixed sample order, which begins with the 2,000
   the evaluation searches (its 500 synopses handed to the guard as evaluation queries), scored on synopsis
   -> description retrieval.
+- The Jargon File: every distinct definition, as FOLDOC's, no term; its 300 held-out terms handed to the
+  guard as evaluation queries, as the package synopses are; scored on term -> definition retrieval among
+  every definition.
 - Forgetting: WordNet's held-out example -> definition and lemma -> definition, for every adapted model.
 Each adapted model is compared with the base, with ST MNRL given its pairs, seed and steps, and with TSDAE
 given the same corpus, seed and the minutes the adaptation's training took (`--baselines` leaves either out),
@@ -47,11 +50,13 @@ from neoembed.run_files import METRICS_FILE, read_jsonl, write_text
 
 FOLDOC_TASK = "FOLDOCDefinitionRetrieval"
 PACKAGES_TASK = "PackageDescriptionRetrieval"
+JARGON_TASK = "JargonDefinitionRetrieval"
 EXAMPLE_TASK = "WordNetExampleDefinitionRetrieval"
 FORGETTING = (EXAMPLE_TASK, LEMMA_TASK)
 COLUMNS = {
     FOLDOC_TASK: "FOLDOC term->definition",
     PACKAGES_TASK: "package synopsis->description",
+    JARGON_TASK: "Jargon term->definition",
     EXAMPLE_TASK: "WordNet example->definition",
     LEMMA_TASK: "WordNet lemma->definition",
 }
@@ -81,9 +86,9 @@ class Adapted(Trained):
 
 
 def write_corpora(out: Path, packages: int) -> list[Corpus]:
-    """Both corpora as the files a user would hand `neoembed adapt` (the documents they will search among
+    """Every corpus as the files a user would hand `neoembed adapt` (the documents they will search among
     them), with the evaluation queries the guard keeps out."""
-    from neoembed.data import load_descriptions, load_entries, packages_retrieval
+    from neoembed.data import jargon_retrieval, load_descriptions, load_entries, packages_retrieval
 
     out.mkdir(parents=True, exist_ok=True)
     foldoc = out / "foldoc.txt"  # every definition, no term; the guard knows FOLDOC's held-out terms itself
@@ -93,7 +98,15 @@ def write_corpora(out: Path, packages: int) -> list[Corpus]:
     described = out / "packages.jsonl"  # the held-out descriptions are the first of the sample order
     documents = load_descriptions()[:packages]
     write_text(described, "".join(json.dumps({"text": d.description}) + "\n" for d in documents))
-    return [Corpus("foldoc", FOLDOC_TASK, foldoc), Corpus("packages", PACKAGES_TASK, described, (guarded,))]
+    terms, definitions, _ = jargon_retrieval()
+    jargon, jargon_terms = out / "jargon.txt", out / "jargon-queries.txt"  # every definition; no term
+    write_text(jargon, "".join(definition + "\n" for definition in definitions.values()))
+    write_text(jargon_terms, "".join(term + "\n" for term in terms.values()))
+    return [
+        Corpus("foldoc", FOLDOC_TASK, foldoc),
+        Corpus("packages", PACKAGES_TASK, described, (guarded,)),
+        Corpus("jargon", JARGON_TASK, jargon, (jargon_terms,)),
+    ]
 
 
 def adapt_settings(bench: AdaptBench, corpus: Corpus, arm: Arm, run_dir: Path):

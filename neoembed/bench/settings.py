@@ -310,8 +310,12 @@ class AdaptBench(BenchSettings):
     """KEY=VALUE override of the recipe (e.g. optim.lr=5e-5); repeatable."""
     model: str = "minilm"
     """The base model both methods adapt."""
-    corpora: CommaSeparated[tuple[Literal["foldoc", "packages"], ...]] = ("foldoc", "packages")
-    """The corpora adapted on: FOLDOC's definitions, Debian package descriptions."""
+    corpora: CommaSeparated[tuple[Literal["foldoc", "packages", "jargon"], ...]] = (
+        "foldoc",
+        "packages",
+        "jargon",
+    )
+    """The corpora adapted on: FOLDOC's definitions, Debian package descriptions, the Jargon File's."""
     packages: int = Field(10_000, ge=100)
     """Package descriptions in the second corpus."""
     baselines: CommaSeparated[tuple[Literal["st", "tsdae"], ...]] = ("st", "tsdae")

@@ -113,10 +113,10 @@ def contrastive(settings: ContrastiveBench) -> None:
 @app.command("adapt")
 @options_from(AdaptBench, flags=[Flag("overrides", ("--set",))])
 def adapt(settings: AdaptBench) -> None:
-    """neoembed adapt vs plain sentence-transformers on two corpora (FOLDOC definitions, Debian package
-    descriptions): MNRL on the adaptation's pairs for as many steps, TSDAE on the same documents for as many
-    CPU minutes; each corpus's held-out retrieval and WordNet's (does the model forget?) beside the base model
-    and BM25, and the goal checks."""
+    """neoembed adapt vs plain sentence-transformers on three corpora (FOLDOC definitions, Debian package
+    descriptions, the Jargon File's definitions): MNRL on the adaptation's pairs for as many steps, TSDAE on
+    the same documents for as many CPU minutes; each corpus's held-out retrieval and WordNet's (does the model
+    forget?) beside the base model and BM25, and the goal checks."""
     from neoembed.bench import adapt as bench_adapt
 
     _echo_report(bench_adapt.run(settings))

@@ -210,7 +210,7 @@ class HeldOutSet(StrictSettings):
     name: str | None = None  # in metric names and reports; None: the kind (records: the source)
     queries: int | None = Field(
         default=None, gt=0
-    )  # None: the set's own size (wordnet 500, foldoc 300, records 500, manpages 500, packages 500, jargon 300)
+    )  # None: the set's own size (wordnet, records, manpages, packages 500; foldoc, jargon 300)
     corpus: int | None = Field(
         default=None, gt=0
     )  # None: wordnet 2,000, foldoc 1,500, records 2,000, manpages all, packages 2,000, jargon all
