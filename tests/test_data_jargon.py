@@ -42,6 +42,10 @@ def test_real_entries_are_plain_text_definitions():
         "Incorrect (though regrettably common) spelling of kluge"
     )  # `/kluhj/ n.`
     assert defined["sporgery"].startswith("Massive floods of forged articles")  # a note the source left open
+    assert defined["BCPL"].startswith("A programming language developed by Martin Richards")  # `[...”) A`
+    assert defined["fence"].startswith("A sequence of one or more")  # `n.` a paragraph of its own
+    assert defined["mailbomb"].startswith("To send, or urge others to send")  # `(also mail bomb) [Usenet]`
+    assert defined["marketroid"].startswith("A member of a company's marketing department")  # `alt.: ... .`
 
 
 def test_the_held_out_sample_is_fixed_and_every_query_has_one_unambiguous_answer():

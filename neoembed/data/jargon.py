@@ -26,11 +26,15 @@ from neoembed.data.debian import package_dir
 PACKAGE_FILES = "usr/share/dictd"
 HELDOUT_QUERIES = 300  # JargonDefinitionRetrieval's queries, and the terms `bench adapt` guards
 # What a sense opens with before its text: a sense number (`1. `; once `1, `), a part of speech (those of the
-# header lines, as `n.` or `v.,n.`, with `obs.`), a pronunciation (`/kluhj/`), or the punctuation a note
-# leaves behind (`[...]. Not knowing ...`).
+# header lines, as `n.` or `v.,n.`, with `obs.`; alone, a paragraph of its own), a pronunciation (`/kluhj/`),
+# the punctuation a note leaves behind (`[...]. Not knowing ...`), or a sentence of variant forms.
 _PARTS_OF_SPEECH = r"n|v|vt|vi|adj|adv|interj|excl|pref|suff|infix|prov|imp|quant|abbrev|prep|conj|cav|pl|obs"
-_OPENING = re.compile(rf"\d+[.,]\s|(?:(?:{_PARTS_OF_SPEECH})\.,?\s*)+(?=\W|[A-Z])|/[^/]+/(?=\s)\s*|[.,;:]\s*")
-_VARIANTS = re.compile(r"\([^()]*\)\.?|(?:alt|var)\.: .*")  # a paragraph of variant forms only
+_OPENING = re.compile(
+    rf"\d+[.,]\s|(?:(?:{_PARTS_OF_SPEECH})\.,?\s*)+(?=\W|[A-Z]|$)|/[^/]+/(?=\s)\s*|[.,;:]\s*"
+    r"|(?:alt|var)\.: [^.]*\.\s"  # `alt.: marketing slime, marketdroid. A member ...`
+)
+# A paragraph of variant forms only, perhaps with a note after them (`(also mail bomb) [Usenet]`)
+_VARIANTS = re.compile(r"(?:\([^()]*\)\.?|(?:alt|var)\.: [^.]*)(?:\s*\[[^\[\]]*\])*")
 
 
 @dataclass(frozen=True)
@@ -50,14 +54,25 @@ def jargon_dir() -> Path:
 
 def _note_end(text: str) -> int:
     """Where the bracketed note `text` opens with ends (brackets nest: `[for ‘[paper] Tape’]`); one left open
-    by a slip of the source (`[portmanteau of ‘spam’. Massive floods ...`) ends at its first sentence."""
+    by a slip of the source ends at a parenthesis closing it instead (`[abbreviation, “Basic ...”) A
+    programming language`), else at its first sentence (`[portmanteau of ‘spam’. Massive floods ...`)."""
     depth = 0
     for i, char in enumerate(text):
         depth += {"[": 1, "]": -1}.get(char, 0)
         if depth == 0:
             return i + 1
-    sentence = text.find(". ")
-    return sentence + 1 if sentence > 0 else len(text)
+    ends = [end + 1 for end in (_unopened_parenthesis(text), text.find(". ")) if end > 0]
+    return min(ends, default=len(text))
+
+
+def _unopened_parenthesis(text: str) -> int:
+    """The index of the first `)` in `text` that no `(` before it opens, or -1."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return i
+    return -1
 
 
 def _strip_opening(text: str) -> str:

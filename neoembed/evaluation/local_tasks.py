@@ -46,7 +46,7 @@ from neoembed.evaluation.wordnet_sets import SEED, heldout_synsets, wordnet_exam
 DATA_REVISION = "wordnet3.0-heldout-v1"
 FOLDOC_REVISION = "foldoc-20230119-v1"
 PACKAGES_REVISION = "bookworm-descriptions-v1"
-JARGON_REVISION = "jargon-4.4.7-v1"
+JARGON_REVISION = "jargon-4.4.7-v2"
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adjective", "s": "adjective", "r": "adverb"}
 
 _COMMON = {
