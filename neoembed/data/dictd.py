@@ -13,6 +13,9 @@ import gzip
 import re
 from pathlib import Path
 
+from neoembed.data.debian import package_dir
+
+PACKAGE_FILES = "usr/share/dictd"  # where a dict-* package installs its databases
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 MAX_WORDS = 64  # a definition is its first paragraph, cut to this many words (one screenful, ~100 tokens)
 MIN_WORDS = 6  # shorter bodies are mostly cross-references ("See {dash}"), not definitions
@@ -20,6 +23,12 @@ MIN_WORDS = 6  # shorter bodies are mostly cross-references ("See {dash}"), not 
 
 def has_database(path: Path, name: str) -> bool:
     return (path / f"{name}.index").is_file() and (path / f"{name}.dict.dz").is_file()
+
+
+def database_dir(package: str, name: str, env_var: str) -> Path:
+    """The directory holding database `name` of Debian's `package`: $`env_var`, /usr/share/dictd, or
+    ~/.cache/neoembed/`name` filled from the Debian mirror."""
+    return package_dir(package, PACKAGE_FILES, lambda path: has_database(path, name), env_var, name)
 
 
 def _b64(digits: str) -> int:

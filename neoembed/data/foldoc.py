@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neoembed.data import dictd
-from neoembed.data.debian import package_dir
 
-PACKAGE_FILES = "usr/share/dictd"
 _TAG = re.compile(r"<[^<>]*>")
 _URL_IN_REF = re.compile(r"\s*\((?:https?|ftp)://[^)]*\)")
 _CITATION = re.compile(r"\[[^\]]*\]")
@@ -39,13 +37,9 @@ class Entry:
     definition: str
 
 
-def _has_data(path: Path) -> bool:
-    return dictd.has_database(path, "foldoc")
-
-
 def foldoc_dir() -> Path:
     """$NEOEMBED_FOLDOC_DIR, /usr/share/dictd, or ~/.cache/neoembed/foldoc filled from the Debian mirror."""
-    return package_dir("dict-foldoc", PACKAGE_FILES, _has_data, "NEOEMBED_FOLDOC_DIR", "foldoc")
+    return dictd.database_dir("dict-foldoc", "foldoc", "NEOEMBED_FOLDOC_DIR")
 
 
 def clean_definition(body: str) -> str:

@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neoembed.data import dictd
-from neoembed.data.debian import package_dir
 
-PACKAGE_FILES = "usr/share/dictd"
 HELDOUT_QUERIES = 300  # JargonDefinitionRetrieval's queries, and the terms `bench adapt` guards
 # What a sense opens with before its text: a sense number (`1. `; once `1, `), a part of speech (those of the
 # header lines, as `n.` or `v.,n.`, with `obs.`; alone, a paragraph of its own), a pronunciation (`/kluhj/`),
@@ -43,13 +41,9 @@ class Entry:
     definition: str
 
 
-def _has_data(path: Path) -> bool:
-    return dictd.has_database(path, "jargon")
-
-
 def jargon_dir() -> Path:
     """$NEOEMBED_JARGON_DIR, /usr/share/dictd, or ~/.cache/neoembed/jargon filled from the Debian mirror."""
-    return package_dir("dict-jargon", PACKAGE_FILES, _has_data, "NEOEMBED_JARGON_DIR", "jargon")
+    return dictd.database_dir("dict-jargon", "jargon", "NEOEMBED_JARGON_DIR")
 
 
 def _note_end(text: str) -> int:
