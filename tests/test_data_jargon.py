@@ -2,14 +2,17 @@
 the cache if absent), its held-out term -> definition set, the set kind and mteb task, and `neoembed adapt` on
 the bench's jargon corpus never training on a held-out term."""
 
+import gzip
 import json
 import re
 from collections import defaultdict
 
+import pytest
 from typer.testing import CliRunner
 
 from neoembed.data import dictd
 from neoembed.data.jargon import clean_definition, jargon_retrieval, load_entries
+from neoembed.errors import InputError
 
 
 def test_the_definition_is_the_first_sense_without_its_notes_as_plain_text():
@@ -23,6 +26,18 @@ def test_the_definition_is_the_first_sense_without_its_notes_as_plain_text():
         == "To disappear or dissolve; the image that goes with it is of an object breaking up."
     )
     assert clean_definition("    (also derez)\n\n    alt.: NOP /nop/ [no operation]\n") == ""  # variants only
+
+
+def test_a_damaged_dictd_database_is_one_error_naming_the_file(tmp_path):
+    (tmp_path / "x.dict.dz").write_bytes(gzip.compress(b"term\n\n    A definition.\n"))
+    (tmp_path / "x.index").write_text("00-database-url\tA\tB\nterm\tA\tY\n")
+    assert dictd.entry_texts(tmp_path, "x") == ["term\n\n    A definition.\n"]
+    (tmp_path / "x.index").write_text("term\tA\tY\nother\tA\t#\n")
+    with pytest.raises(InputError, match=r"x\.index:2: offset or length"):
+        dictd.entry_texts(tmp_path, "x")
+    (tmp_path / "x.dict.dz").write_bytes(gzip.compress(b"term\n\n    A definition.\n")[:-9])
+    with pytest.raises(InputError, match=r"x\.dict\.dz: not a whole gzip"):
+        dictd.entry_texts(tmp_path, "x")
 
 
 def test_real_entries_are_plain_text_definitions():

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from pathlib import Path
 
 from neoembed.data.debian import package_dir
+from neoembed.errors import InputError
 
 PACKAGE_FILES = "usr/share/dictd"  # where a dict-* package installs its databases
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -41,12 +43,19 @@ def _b64(digits: str) -> int:
 def entry_texts(path: Path, name: str) -> list[str]:
     """The text of each entry of database `name` in directory `path`, in file order, once however many
     headwords the index names it under."""
-    data = gzip.decompress((path / f"{name}.dict.dz").read_bytes())
+    dz, index = path / f"{name}.dict.dz", path / f"{name}.index"
+    try:
+        data = gzip.decompress(dz.read_bytes())
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise InputError(f"{dz}: not a whole gzip (dictzip) file: {error}") from None
     spans = set()
-    for line in (path / f"{name}.index").read_text(encoding="utf-8", errors="replace").splitlines():
+    for number, line in enumerate(index.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         fields = line.split("\t")
         if len(fields) == 3 and not fields[0].startswith("00"):
-            spans.add((_b64(fields[1]), _b64(fields[2])))
+            try:
+                spans.add((_b64(fields[1]), _b64(fields[2])))
+            except ValueError:
+                raise InputError(f"{index}:{number}: offset or length not in dictd's base64 digits") from None
     return [
         data[offset : offset + length].decode("utf-8", errors="replace") for offset, length in sorted(spans)
     ]
