@@ -48,7 +48,7 @@ def adapt(settings: AdaptSettings) -> None:
     )
     if result.negatives:
         dropped_as = {
-            "dropped_margin": "nearly the positive",
+            "dropped_margin": "scored too near the positive",
             "dropped_same_document": "from the query's document",
         }
         why = ", ".join(
