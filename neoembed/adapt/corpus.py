@@ -7,8 +7,8 @@ field `corpus.field` names); a `.parquet` corpus a string column of that name.
 The leakage guard, as adaptation needs it: a user adapts on the documents they will search, so documents may
 be those of an evaluation's corpus (FOLDOC's held-out definitions among them), as in GPL's and TSDAE's own
 evaluations; what may never enter training is an evaluation's queries, or a pair linking one to its answer.
-Documents equal to a guarded query (FOLDOC's held-out terms, and the texts of `corpus.eval_texts` files) are
-left out and counted, and no pair method reads anything but the documents. A pseudo query can still come out
+Documents equal to a guarded query (FOLDOC's and the Jargon File's held-out terms, and the texts of
+`corpus.eval_texts` files) are left out and counted, and no pair method reads anything but the documents. A pseudo query can still come out
 equal to an evaluation's query (a one-word `terms` query is often a FOLDOC term): `Corpus.guard` holds their
 keys, and the adaptation drops every pair carrying one.
 """
@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoembed.data import LeakGuard, clean, foldoc_retrieval, read_eval_keys, text_key
+from neoembed.data import LeakGuard, clean, foldoc_retrieval, jargon_retrieval, read_eval_keys, text_key
 from neoembed.errors import InputError
 
 FORMATS = (".txt", ".jsonl", ".parquet")
@@ -98,10 +98,20 @@ def _parquet_texts(path: Path, field: str) -> list[str]:
 
 
 def query_guard(eval_texts: tuple[Path, ...] = ()) -> LeakGuard:
-    """The evaluation queries no document may be: FOLDOC's held-out terms, then the `eval_texts` files'."""
-    terms, _, _ = foldoc_retrieval()
-    foldoc = frozenset(text_key(clean(term)) for term in terms.values())
-    return LeakGuard({"foldoc": foldoc, "eval_texts": frozenset(read_eval_keys(eval_texts))})
+    """The evaluation queries no document may be: the held-out terms of FOLDOC and of the Jargon File (the
+    two dictionaries neoembed reports adaptation on: a user adapting on either, without naming its queries,
+    must not train on term -> definition), then the `eval_texts` files'."""
+
+    def terms(retrieval: tuple[dict, dict, dict]) -> frozenset[int]:
+        return frozenset(text_key(clean(term)) for term in retrieval[0].values())
+
+    return LeakGuard(
+        {
+            "foldoc": terms(foldoc_retrieval()),
+            "jargon": terms(jargon_retrieval()),
+            "eval_texts": frozenset(read_eval_keys(eval_texts)),
+        }
+    )
 
 
 def read_corpus(

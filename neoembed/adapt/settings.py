@@ -39,8 +39,8 @@ class CorpusSettings(StrictSettings):
     the WiSE-FT weight and are scored during training; never trained on, never reported."""
     eval_texts: list[str] = Field(default_factory=list)
     """Files of evaluation queries (.txt a line, .jsonl a `text` field) no document may be: such documents are
-    left out and counted, as are FOLDOC's held-out terms (the leakage guard; documents of an evaluation's
-    corpus are allowed: they are what a user searches)."""
+    left out and counted, as are FOLDOC's and the Jargon File's held-out terms (the leakage guard; documents of
+    an evaluation's corpus are allowed: they are what a user searches)."""
 
     def read(self, evaluated: frozenset[int]) -> Corpus:
         """The documents these settings name, cleaned, guarded and split (`read_corpus`); `evaluated`: the

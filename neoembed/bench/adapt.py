@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import product
 from pathlib import Path
@@ -85,28 +86,43 @@ class Adapted(Trained):
     pairs: dict[str, int] = field(default_factory=dict)  # method -> pairs made
 
 
-def write_corpora(out: Path, packages: int) -> list[Corpus]:
-    """Every corpus as the files a user would hand `neoembed adapt` (the documents they will search among
-    them), with the evaluation queries the guard keeps out."""
+def write_corpora(out: Path, names: Sequence[str], packages: int) -> list[Corpus]:
+    """The corpora `names` as the files a user would hand `neoembed adapt` (the documents they will search
+    among them), with the evaluation queries the guard keeps out besides the built-in held-out terms. A file
+    is rewritten only when its content changed: an adaptation's pairs are tied to its corpus file's size and
+    modification time, and a bench run again resumes on them."""
     from neoembed.data import jargon_retrieval, load_descriptions, load_entries, packages_retrieval
 
+    def foldoc() -> tuple[Corpus, dict[Path, str]]:  # every definition, no term
+        file = out / "foldoc.txt"
+        return Corpus("foldoc", FOLDOC_TASK, file), {
+            file: "".join(e.definition + "\n" for e in load_entries())
+        }
+
+    def described() -> tuple[Corpus, dict[Path, str]]:  # the held-out descriptions are the first of the order
+        file, guarded = out / "packages.jsonl", out / "packages-queries.txt"
+        documents = load_descriptions()[:packages]
+        return Corpus("packages", PACKAGES_TASK, file, (guarded,)), {
+            file: "".join(json.dumps({"text": d.description}) + "\n" for d in documents),
+            guarded: "".join(text + "\n" for text in packages_retrieval()[0].values()),
+        }
+
+    def jargon() -> tuple[Corpus, dict[Path, str]]:  # every definition, no term
+        file = out / "jargon.txt"
+        return Corpus("jargon", JARGON_TASK, file), {
+            file: "".join(d + "\n" for d in jargon_retrieval()[1].values())
+        }
+
+    makers = {"foldoc": foldoc, "packages": described, "jargon": jargon}
     out.mkdir(parents=True, exist_ok=True)
-    foldoc = out / "foldoc.txt"  # every definition, no term; the guard knows FOLDOC's held-out terms itself
-    write_text(foldoc, "".join(entry.definition + "\n" for entry in load_entries()))
-    guarded = out / "packages-queries.txt"
-    write_text(guarded, "".join(text + "\n" for text in packages_retrieval()[0].values()))
-    described = out / "packages.jsonl"  # the held-out descriptions are the first of the sample order
-    documents = load_descriptions()[:packages]
-    write_text(described, "".join(json.dumps({"text": d.description}) + "\n" for d in documents))
-    terms, definitions, _ = jargon_retrieval()
-    jargon, jargon_terms = out / "jargon.txt", out / "jargon-queries.txt"  # every definition; no term
-    write_text(jargon, "".join(definition + "\n" for definition in definitions.values()))
-    write_text(jargon_terms, "".join(term + "\n" for term in terms.values()))
-    return [
-        Corpus("foldoc", FOLDOC_TASK, foldoc),
-        Corpus("packages", PACKAGES_TASK, described, (guarded,)),
-        Corpus("jargon", JARGON_TASK, jargon, (jargon_terms,)),
-    ]
+    corpora = []
+    for name in names:
+        corpus, files = makers[name]()
+        for file, text in files.items():
+            if not file.exists() or file.read_text(encoding="utf-8") != text:
+                write_text(file, text)
+        corpora.append(corpus)
+    return corpora
 
 
 def adapt_settings(bench: AdaptBench, corpus: Corpus, arm: Arm, run_dir: Path):
@@ -186,8 +202,8 @@ def run(bench: AdaptBench) -> WrittenReport:
     import torch
 
     torch.set_num_threads(bench.threads)
-    written = write_corpora(bench.out / "corpora", bench.packages)
-    corpora: dict[str, Corpus] = {corpus.name: corpus for corpus in written if corpus.name in bench.corpora}
+    written = write_corpora(bench.out / "corpora", bench.corpora, bench.packages)
+    corpora: dict[str, Corpus] = {corpus.name: corpus for corpus in written}
     base = f"{Path(bench.model).name} (base)"
     methods = ["adapt", *(name for name in ("st", "tsdae") if name in bench.baselines)]
     grid = product(corpora, bench.run_precisions(), range(bench.seeds), methods)

@@ -8,7 +8,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from neoembed.contrastive.losses import check_kind
-from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES, BuildConfig
+from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES, HELDOUT_TERMS, BuildConfig
 from neoembed.recipes import StrictSettings
 from neoembed.training import OptimSettings, TrainSettings
 
@@ -233,6 +233,11 @@ class HeldOutSet(StrictSettings):
             raise ValueError(
                 f"foldoc holds out {HELDOUT_QUERIES} queries and {HELDOUT_CORPUS} definitions from every "
                 "training build; ask for at most those"
+            )
+        # Only the Jargon File's first terms are guarded as queries (a smaller set is a prefix of them).
+        if self.kind == "jargon" and (self.queries or 0) > HELDOUT_TERMS:
+            raise ValueError(
+                f"jargon guards {HELDOUT_TERMS} held-out terms; ask for at most that many queries"
             )
         return self
 

@@ -18,7 +18,10 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         foldoc_retrieval as foldoc_retrieval,
         load_entries as load_entries,
     )
-    from .jargon import jargon_retrieval as jargon_retrieval
+    from .jargon import (
+        HELDOUT_TERMS as HELDOUT_TERMS,
+        jargon_retrieval as jargon_retrieval,
+    )
     from .leakage import (
         GuardedTexts as GuardedTexts,
         LeakGuard as LeakGuard,

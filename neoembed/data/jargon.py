@@ -22,7 +22,7 @@ from pathlib import Path
 
 from neoembed.data import dictd
 
-HELDOUT_QUERIES = 300  # JargonDefinitionRetrieval's queries, and the terms `bench adapt` guards
+HELDOUT_TERMS = 300  # JargonDefinitionRetrieval's queries: the terms `neoembed adapt` always guards
 # What a sense opens with before its text: a sense number (`1. `; once `1, `), a part of speech (those of the
 # header lines, as `n.` or `v.,n.`, with `obs.`; alone, a paragraph of its own), a pronunciation (`/kluhj/`),
 # the punctuation a note leaves behind (`[...]. Not knowing ...`), or a sentence of variant forms.
@@ -113,9 +113,7 @@ def _key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def jargon_retrieval(
-    n_queries: int = HELDOUT_QUERIES, n_corpus: int | None = None
-) -> tuple[dict, dict, dict]:
+def jargon_retrieval(n_queries: int = HELDOUT_TERMS, n_corpus: int | None = None) -> tuple[dict, dict, dict]:
     """A term -> its definition, among every distinct definition (the first `n_corpus` of them, if given).
 
     Entries are taken in a fixed pseudo-random order (a hash of the term, the same on every machine), so a
