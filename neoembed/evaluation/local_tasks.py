@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from neoembed.mteb_setup import mteb  # noqa: F401 - sets MTEB_CACHE before mteb loads
@@ -136,7 +137,19 @@ def pos_classification(per_label: int = 50) -> DatasetDict:
     return DatasetDict(splits)
 
 
-class WordNetDefinitionRetrieval(AbsTaskRetrieval):
+class _HeldOutRetrieval(AbsTaskRetrieval):
+    """A retrieval task whose one test split `split()` builds, on first use."""
+
+    split: Callable[[], RetrievalSplitData]
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        self.dataset = {"default": {"test": type(self).split()}}
+        self.data_loaded = True
+
+
+class WordNetDefinitionRetrieval(_HeldOutRetrieval):
     metadata = TaskMetadata(
         name="WordNetDefinitionRetrieval",
         description="Retrieve the WordNet definitions (glosses) of a word's senses from 800 held-out "
@@ -145,15 +158,10 @@ class WordNetDefinitionRetrieval(AbsTaskRetrieval):
         main_score="ndcg_at_10",
         **_COMMON,
     )
-
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
-        if self.data_loaded:
-            return
-        self.dataset = {"default": {"test": definition_retrieval_split()}}
-        self.data_loaded = True
+    split = staticmethod(definition_retrieval_split)
 
 
-class WordNetExampleDefinitionRetrieval(AbsTaskRetrieval):
+class WordNetExampleDefinitionRetrieval(_HeldOutRetrieval):
     metadata = TaskMetadata(
         name="WordNetExampleDefinitionRetrieval",
         description="Retrieve the WordNet definition of a held-out synset from one of its example sentences: "
@@ -162,12 +170,7 @@ class WordNetExampleDefinitionRetrieval(AbsTaskRetrieval):
         main_score="ndcg_at_10",
         **_COMMON,
     )
-
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
-        if self.data_loaded:
-            return
-        self.dataset = {"default": {"test": example_retrieval_split()}}
-        self.data_loaded = True
+    split = staticmethod(example_retrieval_split)
 
 
 class WordNetSynonymPairClassification(AbsTaskPairClassification):
@@ -206,7 +209,7 @@ class WordNetPOSClassification(AbsTaskClassification):
         self.data_loaded = True
 
 
-class FOLDOCDefinitionRetrieval(AbsTaskRetrieval):
+class FOLDOCDefinitionRetrieval(_HeldOutRetrieval):
     metadata = TaskMetadata(
         name="FOLDOCDefinitionRetrieval",
         description="Retrieve the definition of a computing term from 1,500 entries of FOLDOC, the Free On-line "
@@ -225,15 +228,10 @@ class FOLDOCDefinitionRetrieval(AbsTaskRetrieval):
             "author={Howe, Denis}, howpublished={https://foldoc.org/}, year={2023}}",
         },
     )
-
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
-        if self.data_loaded:
-            return
-        self.dataset = {"default": {"test": _retrieval_split(*foldoc_retrieval())}}
-        self.data_loaded = True
+    split = staticmethod(lambda: _retrieval_split(*foldoc_retrieval()))
 
 
-class PackageDescriptionRetrieval(AbsTaskRetrieval):
+class PackageDescriptionRetrieval(_HeldOutRetrieval):
     metadata = TaskMetadata(
         name="PackageDescriptionRetrieval",
         description="Retrieve a Debian package's long description from its one-line synopsis: 500 synopsis "
@@ -252,15 +250,10 @@ class PackageDescriptionRetrieval(AbsTaskRetrieval):
             "bibtex_citation": "",
         },
     )
-
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
-        if self.data_loaded:
-            return
-        self.dataset = {"default": {"test": _retrieval_split(*packages_retrieval())}}
-        self.data_loaded = True
+    split = staticmethod(lambda: _retrieval_split(*packages_retrieval()))
 
 
-class JargonDefinitionRetrieval(AbsTaskRetrieval):
+class JargonDefinitionRetrieval(_HeldOutRetrieval):
     metadata = TaskMetadata(
         name="JargonDefinitionRetrieval",
         description="Retrieve the definition of a hacker-slang term from every definition of the Jargon File "
@@ -280,12 +273,7 @@ class JargonDefinitionRetrieval(AbsTaskRetrieval):
             "howpublished={http://catb.org/~esr/jargon/}, year={2003}}",
         },
     )
-
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
-        if self.data_loaded:
-            return
-        self.dataset = {"default": {"test": _retrieval_split(*jargon_retrieval())}}
-        self.data_loaded = True
+    split = staticmethod(lambda: _retrieval_split(*jargon_retrieval()))
 
 
 # The tasks of `--benchmark neoembed-local`, which every quickstart evaluation runs.
@@ -298,7 +286,7 @@ LOCAL_BENCHMARK_TASKS: tuple[type[AbsTask], ...] = (
 )
 # Every local task by name: the benchmark's, and the held-out sets of the other corpora `neoembed bench adapt`
 # adapts on (by name only: the package descriptions come from the Debian mirror's description index).
+BY_NAME_ONLY: tuple[type[AbsTask], ...] = (PackageDescriptionRetrieval, JargonDefinitionRetrieval)
 LOCAL_TASKS: dict[str, type[AbsTask]] = {
-    cls.metadata.name: cls
-    for cls in (*LOCAL_BENCHMARK_TASKS, PackageDescriptionRetrieval, JargonDefinitionRetrieval)
+    cls.metadata.name: cls for cls in (*LOCAL_BENCHMARK_TASKS, *BY_NAME_ONLY)
 }
