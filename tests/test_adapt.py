@@ -290,3 +290,16 @@ def test_hard_negatives_are_mined_among_the_method_s_positives_never_from_the_qu
         assert not any(n in t for n in negatives for t in home)
     assert f"hard negatives: crop {mined['mined']}" in result.output
     assert not [p for p in out.iterdir() if p.name.startswith("tmp")]  # the miner's scratch is gone
+
+
+def test_pairs_made_without_negatives_keep_the_digest_they_had_before_negatives_existed(tmp_path):
+    """Runs made before `pairs.negatives` existed resume: its fields enter the pairs' digest only when set."""
+    from neoembed.adapt.corpus import query_guard
+    from neoembed.adapt.run import pair_config
+    from neoembed.adapt.settings import AdaptSettings
+
+    corpus = write(tmp_path / "docs.txt", documents(10))
+    plain = pair_config(AdaptSettings(corpus={"path": str(corpus)}), query_guard())
+    assert set(plain["pairs"]) == {"methods", "crop_ratio", "term_words"} and "miner" not in plain
+    mined = pair_config(AdaptSettings(corpus={"path": str(corpus)}, pairs={"negatives": 1}), query_guard())
+    assert mined["pairs"]["negatives"] == 1 and mined["miner"] == "minilm"
