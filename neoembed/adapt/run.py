@@ -60,7 +60,7 @@ class AdaptResult:
 
 @dataclass(frozen=True)
 class Made:
-    """A pair set as its maker leaves it, before it is written (`pairs.write_pairs`)."""
+    """A pair set as its maker leaves it, before `write_pairs` writes it."""
 
     pairs: dict[str, list[Sourced]]
     leaked: dict[str, int]  # documents left out as evaluation queries
