@@ -8,9 +8,9 @@ The leakage guard, as adaptation needs it: a user adapts on the documents they w
 be those of an evaluation's corpus (FOLDOC's held-out definitions among them), as in GPL's and TSDAE's own
 evaluations; what may never enter training is an evaluation's queries, or a pair linking one to its answer.
 Documents equal to a guarded query (FOLDOC's and the Jargon File's held-out terms, and the texts of
-`corpus.eval_texts` files) are left out and counted, and no pair method reads anything but the documents. A pseudo query can still come out
-equal to an evaluation's query (a one-word `terms` query is often a FOLDOC term): `Corpus.guard` holds their
-keys, and the adaptation drops every pair carrying one.
+`corpus.eval_texts` files) are left out and counted, and no pair method reads anything but the documents. A
+pseudo query can still come out equal to an evaluation's query (a one-word `terms` query is often a FOLDOC
+term): `Corpus.guard` holds their keys, and the adaptation drops every pair carrying one.
 """
 
 from __future__ import annotations

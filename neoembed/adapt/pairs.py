@@ -187,10 +187,12 @@ def sourced_pairs(
 
 def make_pairs(documents: Sequence[str], methods: Sequence[str], **options: Any) -> dict[str, list[Pair]]:
     """`sourced_pairs`' pairs without their documents."""
-    return {
-        method: [pair for _, pair in made]
-        for method, made in sourced_pairs(documents, methods, **options).items()
-    }
+    return unsourced(sourced_pairs(documents, methods, **options))
+
+
+def unsourced(made: dict[str, list[Sourced]]) -> dict[str, list[Pair]]:
+    """Each method's pairs without the documents they were made from."""
+    return {method: [pair for _, pair in sourced] for method, sourced in made.items()}
 
 
 def write_pairs(

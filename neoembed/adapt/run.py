@@ -26,7 +26,7 @@ from typing import Any
 
 from neoembed.adapt.corpus import CorpusCounts, CorpusError
 from neoembed.adapt.negatives import mine_negatives
-from neoembed.adapt.pairs import Sourced, sourced_pairs, write_pairs
+from neoembed.adapt.pairs import Sourced, sourced_pairs, unsourced, write_pairs
 from neoembed.adapt.settings import AdaptSettings
 from neoembed.contrastive import (
     ContrastiveResult,
@@ -119,7 +119,7 @@ def ensure_pairs(out: Path, config: dict[str, Any], make: Callable[[], Made]) ->
         counts = {source: s["rows_out"] for source, s in stats["sources"].items()}
         return PairCounts(counts, total["pairs_dropped_for_guarded_text"], total.get("negatives_mined", {}))
     made = make()
-    pairs = {method: [pair for _, pair in sourced] for method, sourced in made.pairs.items()}
+    pairs = unsourced(made.pairs)
     write_pairs(
         out,
         pairs,

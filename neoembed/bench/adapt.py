@@ -9,9 +9,8 @@ over several seeds, with paired intervals.
 - Debian package descriptions: the first `packages` of the fixed sample order, which begins with the 2,000
   the evaluation searches (its 500 synopses handed to the guard as evaluation queries), scored on synopsis
   -> description retrieval.
-- The Jargon File: every distinct definition, as FOLDOC's, no term; its 300 held-out terms handed to the
-  guard as evaluation queries, as the package synopses are; scored on term -> definition retrieval among
-  every definition.
+- The Jargon File: every distinct definition, as FOLDOC's, no term (the guard knows its 300 held-out terms
+  itself, as FOLDOC's); scored on term -> definition retrieval among every definition.
 - Forgetting: WordNet's held-out example -> definition and lemma -> definition, for every adapted model.
 Each adapted model is compared with the base, with ST MNRL given its pairs, seed and steps, and with TSDAE
 given the same corpus, seed and the minutes the adaptation's training took (`--baselines` leaves either out),

@@ -1,8 +1,8 @@
 """The Jargon File (version 4.4.7), from Debian's `dict-jargon`: the third held-out corpus of `bench adapt`.
 
 Hacker slang and its lore, defined in a voice of its own, unlike FOLDOC's or the package maintainers'. No
-training build reads it: its held-out term queries are handed to `neoembed adapt` as evaluation queries, as
-the package synopses are (`jargon_retrieval`).
+training build reads it, and `neoembed adapt` always guards its held-out term queries (`jargon_retrieval`), as it
+guards FOLDOC's.
 
 The package is a dictd database (`dictd`, which reads its entries' text). An entry's text is its headword,
 header lines of pronunciation and part of speech (` /dee·rez'/, n.`), a blank line, then the body's
