@@ -23,6 +23,7 @@ from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe
 from neoembed.pretrain import PretrainSettings
+from neoembed.pretrain.neobert import NeoBERTConfig
 from neoembed.recipes import load_recipe
 from neoembed.training import world_size
 
@@ -93,8 +94,12 @@ def builds_its_data(settings: ContrastiveSettings) -> bool:
 
 def pretrain_choices(settings: PretrainSettings, recipe: RecipeChoice) -> list[Choice]:
     why = "" if recipe.given else "the default"
-    config = settings.model.config
-    shape = f"{config['num_hidden_layers']} x {config['hidden_size']}" if config else "28 x 768 (the paper's)"
+    config = settings.model.config or {}
+    # A config may name only some fields (max_length alone, say): the rest are NeoBERT's defaults.
+    layers = config.get("num_hidden_layers", NeoBERTConfig.num_hidden_layers)
+    width = config.get("hidden_size", NeoBERTConfig.hidden_size)
+    paper = (layers, width) == (NeoBERTConfig.num_hidden_layers, NeoBERTConfig.hidden_size)
+    shape = f"{layers} x {width}" + (" (the paper's)" if paper else "")
     return [
         Choice("recipe", recipe.name, "--recipe neobert-stage1 for the paper's 250M", why),
         Choice("model", f"NeoBERT {shape}", "--model.config"),

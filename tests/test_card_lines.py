@@ -11,13 +11,17 @@ from neoembed.cli import app
 from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe
+from neoembed.pretrain import PretrainSettings
 from neoembed.recipes import load_recipe
 from neoembed.workflow import (
     MINILM_RECIPE,
     NEOBERT_RECIPE,
+    PRETRAIN_RECIPE,
+    RecipeChoice,
     default_contrastive_recipe,
     default_pretrained,
     ensure_data,
+    pretrain_choices,
 )
 
 runner = CliRunner()
@@ -63,6 +67,24 @@ def test_pretrain_says_it_chose_the_small_neobert_on_wordnet(card_folder):
     assert first.startswith("plan: recipe pretrain-cpu (the default; --recipe neobert-stage1")
     assert "data WordNet's training synsets" in first and "output runs/pretrain-cpu/final" in first
     assert (folder / default_pretrained() / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("config", "shape"),
+    [
+        (
+            {"max_length": 1024},
+            "NeoBERT 28 x 768 (the paper's)",
+        ),  # the GPU run's recipe, which once crashed here
+        ({"num_hidden_layers": 4}, "NeoBERT 4 x 768"),
+    ],
+)
+def test_pretrain_names_the_shape_of_a_config_that_gives_only_some_fields(config, shape):
+    settings = load_recipe(resolve_recipe(PRETRAIN_RECIPE), PretrainSettings, {"model": {"config": config}})
+    model = next(
+        c for c in pretrain_choices(settings, RecipeChoice(PRETRAIN_RECIPE, False)) if c.what == "model"
+    )
+    assert model.value == shape
 
 
 def test_contrastive_fine_tunes_that_neobert_on_the_data_it_builds(card_folder):
