@@ -32,9 +32,9 @@ BACKEND_VARIABLE = "NEOEMBED_COMPILE_BACKEND"
 
 
 def compile_wanted(setting: CompileSetting, device_type: str) -> bool:
-    """A compile setting on a device type. auto compiles on CUDA: on an H200 the compiled NeoBERT trains at 1.6x
-    eager (docs/benchmarks/gpu.md) and its forward runs at 2.2x eager (1.0M against 464k tokens/s at 256 x 512,
-    3.5 s to compile). Not on CPU: the quickstart's pretraining took longer compiled than eager on both CPU
+    """A compile setting on a device type. auto compiles on CUDA: on an H200 (docs/benchmarks/gpu.md, 2026-11-28)
+    `neoembed pretrain` by default trains at 1.5x the eager figure of 2026-11-26 (197k against 132k tokens/s)
+    and the forward runs at 2.2x eager (1.03M against 460k tokens/s at 128 x 512). Not on CPU: the quickstart's pretraining took longer compiled than eager on both CPU
     kinds, compilation included (docs/benchmarks/quickstart.md); true/false force it."""
     return device_type == "cuda" if setting == "auto" else setting
 

@@ -1,5 +1,5 @@
 """docs/benchmarks/gpu.md, written from a GPU run's folder (scripts/gpu_bench.py docs): the runbook, each
-target of issue 30 beside the figure measured for it (met, missed, or not measured), every stage's status and
+target of issue 60 (bf16, default settings, no flags) beside the figure measured for it (met, missed, or not measured), every stage's status and
 the environment.
 
 Only the JSON is read, so the page can be rebuilt from the committed results (docs/benchmarks/gpu/) at any
@@ -70,7 +70,7 @@ def _row(report: dict[str, Any] | None, case: str, mode: str = "eager") -> dict[
 
 
 def training_mfu(results: Results) -> Verdict:
-    goal = "MFU >= 25% (aim 45%)"
+    goal = "MFU >= 40% (aim 45%)"
     length = results.sizes["pretrain_length"]
     target = f"MLM training, packed {length}-token rows, {results.sizes.get('precision', 'bf16')}"
     figures = (results.stage("pretrain") or {}).get("figures") or {}
@@ -78,46 +78,44 @@ def training_mfu(results: Results) -> Verdict:
         return Verdict(target, goal, "no MFU recorded", None)
     mfu = Mfu(figures["mfu"], 1.0)
     measured = f"{mfu.text()}, {figures['tokens_per_s']:,.0f} real tokens/s"
-    return Verdict(target, goal, measured, mfu.ratio >= 0.25 if mfu.possible else None)
-
-
-def mixed_speedup(results: Results) -> Verdict:
-    goal = "unpadded >= 2x padded real tokens/s, outputs equal within bf16 tolerance"
-    row = _row(results.report("encode-mixed", "encode"), "mixed")
-    target = f"mixed-length batch ({results.sizes.get('mixed', '64,4096').replace(',', '..')} tokens)"
-    if row is None or "speedup" not in row:
-        return Verdict(target, goal, "not recorded", None)
-    measured = f"{row['speedup']:.2f}x, largest difference {row['max |diff|']:.1e}"
-    return Verdict(target, goal, measured, row["speedup"] >= 2.0)
+    return Verdict(target, goal, measured, mfu.ratio >= 0.40 if mfu.possible else None)
 
 
 def modernbert_mfu(mode: str) -> Callable[[Results], Verdict]:
-    """NeoBERT's forward MFU against ModernBERT-base's, both eager or both compiled (`mode`)."""
+    """NeoBERT's forward MFU against ModernBERT-base's at every shape the stage timed, both eager or both
+    compiled (`mode`)."""
 
     def verdict(results: Results) -> Verdict:
-        length = results.sizes["long_length"]
-        goal = "NeoBERT's MFU >= ModernBERT-base's"
-        target = f"forward at {length} tokens vs ModernBERT-base, both {mode}"
-        row = _row(results.report("encode-modernbert", "encode"), f"fixed {length}", mode)
-        if row is None:
+        goal = "NeoBERT's MFU >= ModernBERT-base's at every shape"
+        target = f"forward vs ModernBERT-base, both {mode}"
+        rows = [
+            row
+            for row in (results.report("encode-modernbert", "encode") or {}).get("rows", [])
+            if row.get("mode", "eager") == mode
+        ]
+        if not rows:
             return Verdict(target, goal, "not recorded", None)
-        ours = f"NeoBERT {row['neobert tok/s']:,.0f} tokens/s (MFU {Mfu(row['of peak'], 1.0).text()})"
-        if "modernbert of peak" not in row:  # results of a bench encode that did not count ModernBERT's FLOPs
-            theirs = f"ModernBERT {row['modernbert tok/s']:,.0f} tokens/s (its MFU not recorded)"
-            return Verdict(target, goal, f"{ours}, {theirs}", None)
-        theirs_mfu = Mfu(row["modernbert of peak"], 1.0).text()
-        theirs = f"ModernBERT {row['modernbert tok/s']:,.0f} tokens/s (MFU {theirs_mfu})"
-        return Verdict(target, goal, f"{ours}, {theirs}", row["of peak"] >= row["modernbert of peak"])
+        if any(
+            "modernbert of peak" not in row for row in rows
+        ):  # a bench that did not count ModernBERT's FLOPs
+            return Verdict(target, goal, "ModernBERT's MFU not recorded", None)
+        measured = "; ".join(
+            f"{row['case']}: {Mfu(row['of peak'], 1.0).text()} vs {Mfu(row['modernbert of peak'], 1.0).text()}"
+            for row in rows
+        )
+        return Verdict(
+            target, goal, measured, all(row["of peak"] >= row["modernbert of peak"] for row in rows)
+        )
 
     return verdict
 
 
 def contrastive_speed(results: Results) -> Verdict:
     target = "neoembed contrastive vs ST CachedMultipleNegativesRankingLoss, 250M NeoBERT, GradCache"
+    goal = f"pairs/s >= {CONTRASTIVE_RATIO}x the library's, peak memory no higher"
     report = results.report("contrastive-speed", "contrastive-speed")
     if report is None:
-        return Verdict(target, "pairs/s above the library's, peak memory no higher", "not recorded", None)
-    goal = f"pairs/s >= {report['target_ratio']}x the library's, peak memory no higher"
+        return Verdict(target, goal, "not recorded", None)
     precision, ratio = next(iter(report["ratios"].items()))
     ours, theirs = (report["arms"][precision][arm] for arm in ("neoembed", "st"))
     measured = (
@@ -125,38 +123,35 @@ def contrastive_speed(results: Results) -> Verdict:
         f"({ours['peak bytes'] / 2**30:.2f} vs {theirs['peak bytes'] / 2**30:.2f} GiB); global batch "
         f"{ours['global batch']}, mini-batch {ours['mini-batch']}, {precision}"
     )
-    met = ratio["pairs_per_s"] >= report["target_ratio"] and ratio["peak_memory"] <= 1.0
+    met = ratio["pairs_per_s"] >= CONTRASTIVE_RATIO and ratio["peak_memory"] <= 1.0
     return Verdict(target, goal, measured, met)
 
 
-def forward_rate(results: Results) -> Verdict:
-    length = results.sizes["forward_length"]
-    target, goal = f"forward inference, {length} tokens", ">= 0.9M tokens/s"
-    row = _row(results.report("encode", "encode"), f"fixed {length}")
-    if row is None:
-        return Verdict(target, goal, "not recorded", None)
-    best = max(row.get("padded tok/s", 0.0), row.get("unpadded tok/s", 0.0))
-    return Verdict(target, goal, f"{best:,.0f} tokens/s", best >= 0.9e6)
+def forward_rate(case: Callable[[dict[str, Any]], str], floor: float, aim: float | None = None):
+    """The encode stage's real tokens/s on one case (`case` names it from the run's sizes), the faster of
+    its padded and unpadded paths, against `floor`."""
 
+    def verdict(results: Results) -> Verdict:
+        name = case(results.sizes)
+        goal = f">= {floor / 1e6:g}M tokens/s" + (f" (aim {aim / 1e6:g}M)" if aim else "")
+        row = _row(results.report("encode", "encode"), name)
+        if row is None:
+            return Verdict(f"forward inference, {name}", goal, "not recorded", None)
+        target = f"forward inference, {row['case']} tokens"
+        best = max(row.get("padded tok/s", 0.0), row.get("unpadded tok/s", 0.0))
+        return Verdict(target, goal, f"{best:,.0f} tokens/s at batch {row['batch']}", best >= floor)
 
-def serve_ratio(results: Results) -> Verdict:
-    target, goal = "neoembed serve vs direct encode", ">= 0.9x direct encode's throughput"
-    rows = [
-        r
-        for r in (results.report("serve", "serve") or {}).get("rows", [])
-        if str(r.get("path")).startswith("neoembed serve")  # the server rows; the others are direct encode
-    ]
-    if not rows:
-        return Verdict(target, goal, "not recorded", None)
-    best = max(rows, key=lambda r: r["ratio"])
-    return Verdict(target, goal, f"{best['ratio']:.2f}x ({best['path']})", best["ratio"] >= 0.9)
+    return verdict
 
 
 def openai_ratio(results: Results) -> Verdict:
     """The serve stage's openai client round against encode at its best batch (its best backend), else, for
     runs before that round existed (2026-11-26), the retired `bench openai`'s serve-openai stage (encode at
     batch 32)."""
-    target, goal = "neoembed serve answering the openai client", ">= 0.9x direct encode's throughput"
+    target, goal = (
+        "neoembed serve answering the openai client",
+        ">= 0.9x encode's throughput at its best batch",
+    )
     serve = results.report("serve", "serve") or {}
     rounds = [
         (name, b)
@@ -177,6 +172,33 @@ def openai_ratio(results: Results) -> Verdict:
     return Verdict(target, goal, measured, report["ratio"] >= 0.9)
 
 
+def _serve_backends(results: Results) -> list[tuple[str, dict[str, Any]]]:
+    serve = results.report("serve", "serve") or {}
+    return [(name, backend) for r in serve.get("results", []) for name, backend in r["backends"].items()]
+
+
+def health_under_load(results: Results) -> Verdict:
+    target, goal = "neoembed serve: /health under load", "p95 < 100 ms"
+    backends = [(name, b) for name, b in _serve_backends(results) if "health_p95_ms" in b]
+    if not backends:
+        return Verdict(target, goal, "not recorded", None)
+    worst = max(b["health_p95_ms"] for _, b in backends)
+    measured = ", ".join(f"{name} {b['health_p95_ms']:.0f} ms" for name, b in backends)
+    return Verdict(target, goal, f"p95 {measured}", worst < 100)
+
+
+def serve_warm_up(results: Results) -> Verdict:
+    """The fault round's restarts: a killed inference process replaced, its model loaded and warmed up
+    (compiled on CUDA) until /health answers ready again."""
+    target, goal = "neoembed serve: a new inference process warmed up and ready", "<= 60 s"
+    restarts = [s for _, b in _serve_backends(results) for s in (b.get("faults") or {}).get("restart_s", [])]
+    if not restarts:
+        return Verdict(target, goal, "not recorded", None)
+    return Verdict(
+        target, goal, f"at most {max(restarts):.1f} s over {len(restarts)} restarts", max(restarts) <= 60
+    )
+
+
 def stage_passed(name: str, target: str, goal: str = "passes") -> Callable[[Results], Verdict]:
     def verdict(results: Results) -> Verdict:
         stage = results.stage(name)
@@ -191,14 +213,19 @@ def stage_passed(name: str, target: str, goal: str = "passes") -> Callable[[Resu
     return verdict
 
 
+forward_short = forward_rate(lambda sizes: f"fixed {sizes['forward_length']}", 1.1e6, aim=1.3e6)
+CONTRASTIVE_RATIO = 1.8  # issue 60: the low end of Unsloth's figure against other FlashAttention-2 trainers
+
 TARGETS = (
     training_mfu,
-    mixed_speedup,
-    modernbert_mfu("eager"),
+    forward_short,
+    forward_rate(lambda sizes: "mixed", 1.0e6),
+    forward_rate(lambda sizes: f"fixed {sizes['long_length']}", 0.65e6),
     modernbert_mfu("compiled"),
-    forward_rate,
-    serve_ratio,
+    modernbert_mfu("eager"),
     openai_ratio,
+    health_under_load,
+    serve_warm_up,
     contrastive_speed,
     stage_passed("gpu-tests", "gpu-marked tests"),
     stage_passed("deepspeed", "DeepSpeed ZeRO-2, one GPU, a few steps"),
