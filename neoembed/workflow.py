@@ -23,7 +23,6 @@ from neoembed.contrastive import ContrastiveSettings
 from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe
 from neoembed.pretrain import PretrainSettings
-from neoembed.pretrain.neobert import NeoBERTConfig
 from neoembed.recipes import load_recipe
 from neoembed.training import world_size
 
@@ -94,6 +93,8 @@ def builds_its_data(settings: ContrastiveSettings) -> bool:
 
 def pretrain_choices(settings: PretrainSettings, recipe: RecipeChoice) -> list[Choice]:
     why = "" if recipe.given else "the default"
+    from neoembed.pretrain.neobert import NeoBERTConfig  # here: it loads transformers (`--help` must not)
+
     config = settings.model.config or {}
     # A config may name only some fields (max_length alone, say): the rest are NeoBERT's defaults.
     layers = config.get("num_hidden_layers", NeoBERTConfig.num_hidden_layers)
