@@ -267,6 +267,57 @@ def test_a_corpus_quoting_the_held_out_sets_runs_to_the_end(tmp_path, encoder):
     )
 
 
+def test_a_corpus_of_the_general_selection_set_s_own_texts_keeps_every_pair_method(tmp_path, encoder):
+    """A user adapting on the manual pages, the built-in general selection set: the set is left out of the
+    selection (it is not general text for this run), said before training; no pair is lost to it."""
+    from neoembed.data.manpages import load_pages
+
+    corpus = write(tmp_path / "pages.txt", [page.description for page in load_pages()])
+    out = tmp_path / "run"
+    args = adapt_args(corpus, out, encoder)
+    del args[args.index("--export.selection.general") : args.index("--export.selection.general") + 2]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    recorded = json.loads((out / "adapt.json").read_text())
+    assert recorded["pairs"] == {"crop": 8, "lead": 8, "terms": 8} and not recorded["dropped"]["pairs"]
+    assert recorded["general_left_out"]["manpages"] > 1000
+    assert recorded["selection"]["general"] == []
+    lines = result.output.splitlines()
+    selection = next(line for line in lines if line.startswith("selection: "))
+    assert "general text none (manpages left out, " in selection
+    assert lines.index(selection) < next(i for i, line in enumerate(lines) if "steps: " in line)
+    curve = json.loads((out / "train" / "summary.json").read_text())["selection"]
+    assert curve and "general" not in curve[0]  # chosen on the held-out documents' pairs alone
+
+
+def test_notes_in_a_jsonl_field_of_their_own_run_to_the_end(tmp_path, encoder):
+    """A jsonl of notes under another field, some quoting FOLDOC and Jargon held-out terms and definitions,
+    some repeated: the guard leaves out what it must and the run ends with a model."""
+    from neoembed.data import jargon_retrieval
+
+    foldoc_terms = foldoc_retrieval()[0]
+    jargon_terms, jargon_definitions, _ = jargon_retrieval()
+    notes = [
+        *(f"Note {i}: remember that {term} came up again. {doc}" for i, (term, doc) in
+          enumerate(zip(list(jargon_terms.values())[:40], documents(40, seed=2), strict=True))),
+        *list(jargon_definitions.values())[:40],
+        *list(foldoc_terms.values())[:20],  # a note that is just a held-out term
+        *documents(200, seed=3),
+        *documents(20, seed=3),  # repeated notes
+    ]  # fmt: skip
+    path = tmp_path / "notes.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "body": note}) + "\n" for i, note in enumerate(notes)))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, adapt_args(path, out, encoder, "--corpus.field", "body"))
+    assert result.exit_code == 0, result.output
+    recorded = json.loads((out / "adapt.json").read_text())
+    assert recorded["corpus"]["duplicates"] >= 20
+    assert (out / "model" / "modules.json").is_file()
+    evaluated = {t.casefold() for t in [*foldoc_terms.values(), *jargon_terms.values()]}
+    trained = {q.casefold() for rows in load_records(out / "pairs").values() for q in rows["query"]}
+    assert not trained & evaluated
+
+
 def test_hard_negatives_are_mined_among_the_method_s_positives_never_from_the_query_s_document(
     tmp_path, encoder
 ):

@@ -614,6 +614,27 @@ def test_auto_base_weight_is_chosen_on_the_selection_split_and_recorded(tmp_path
     assert "| alpha | 40 |\n| beta | 16 |" in card
 
 
+def test_in_domain_sets_count_with_the_in_domain_rows(tmp_path, build, minilm_path):
+    """export.selection.in_domain_sets (`neoembed adapt`'s held-out documents' pairs): scored beside the rows
+    held out of each source, in the in-domain half, the general sets the other half."""
+    general = write_build(tmp_path / "general", {"gamma": records("gamma", 24)})
+    held = write_build(tmp_path / "held", {"delta": records("delta", 24)})
+    plan = auto_recipe(
+        build,
+        tiny_encoder_dir(tmp_path, minilm_path),
+        tmp_path / "run",
+        [{"kind": "records", "path": str(general), "source": "gamma"}],
+    )
+    plan["export"]["selection"]["in_domain_sets"] = [
+        {"kind": "records", "path": str(held), "source": "delta"}
+    ]
+    summary = run_contrastive(ContrastiveSettings.model_validate(plan))
+    for point in summary.selection:
+        alpha, beta, delta = (point[f"ndcg@10 {name}"] for name in ("alpha", "beta", "delta"))
+        assert point["in_domain"] == pytest.approx((alpha + beta + delta) / 3)
+        assert point["score"] == pytest.approx((point["in_domain"] + point["ndcg@10 gamma"]) / 2)
+
+
 @pytest.mark.parametrize(
     "curve, kept, scored",
     [
@@ -642,23 +663,25 @@ def test_the_base_weight_scan_stops_two_candidates_past_the_best(monkeypatch, cu
     assert choice.base_weight == kept and len(choice.curve) == len(logged) == scored
 
 
+@pytest.mark.parametrize("setting", ["general", "in_domain_sets"])
 @pytest.mark.parametrize(
-    "general, message",
+    "sets, message",
     [
         ([{"kind": "records", "path": "BUILD", "source": "alpha"}], "texts are also training texts"),
         (["foldoc"], "texts are also evaluation texts"),
     ],
 )
 def test_a_selection_set_overlapping_training_or_evaluation_data_is_refused_with_the_count(
-    tmp_path, build, minilm_path, general, message
+    tmp_path, build, minilm_path, sets, message, setting
 ):
     from neoembed.recipes import RecipeError
 
-    general = [dict(g, path=str(build)) if isinstance(g, dict) else g for g in general]
-    plan = auto_recipe(build, tiny_encoder_dir(tmp_path, minilm_path), tmp_path / "run", general)
+    sets = [dict(s, path=str(build)) if isinstance(s, dict) else s for s in sets]
+    plan = auto_recipe(build, tiny_encoder_dir(tmp_path, minilm_path), tmp_path / "run", [])
+    plan["export"]["selection"][setting] = sets
     with pytest.raises(RecipeError, match=message) as refused:
         run_contrastive(ContrastiveSettings.model_validate(plan))
-    assert "export.selection.general" in str(refused.value)
+    assert f"export.selection.{setting} " in str(refused.value)
     assert not (tmp_path / "run" / "neobert-embed").exists()
 
 

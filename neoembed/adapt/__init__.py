@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     from .run import (
         PAIRS as PAIRS,
         AdaptResult as AdaptResult,
+        Prepared as Prepared,
         run_adapt as run_adapt,
     )
     from .settings import AdaptSettings as AdaptSettings

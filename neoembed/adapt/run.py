@@ -6,11 +6,13 @@ The run directory (`train.output_dir`) holds:
   selection/  pairs of the held-out documents: the selection split export.base_weight auto chooses on
   train/      the contrastive run: checkpoints, metrics.jsonl, recipe, summary.json
   model/      the adapted sentence-transformers directory (unless export.path says elsewhere)
-  adapt.json  what the corpus gave: rows read, documents kept and left out (and why), pairs per method, and
-              the pairs dropped for carrying an evaluation or selection text (training and selection alike),
-              and what the miner counted when negatives were mined
+  adapt.json  what the corpus gave: rows read, documents kept and left out (and why), pairs per method, the
+              pairs dropped for carrying an evaluation or selection text (training and selection alike), what
+              the miner counted when negatives were mined, and the selection sets (a general set holding
+              documents of the corpus is left out of them, counted)
 Every check that can refuse (the base model, the recipe's selection sets against the evaluation texts) runs
-before any pair is made; pair-making itself drops what the trainer's checks would refuse, and counts it.
+before any pair is made; pair-making itself drops what the trainer's checks would refuse, and counts it. What
+the corpus gave is announced before training starts.
 Re-running the same command resumes: the pairs are kept when made from the same corpus file and settings
 (anything else is an error, not a silent rebuild over a run that trained on the old ones), and training
 resumes from its newest complete checkpoint.
@@ -50,12 +52,40 @@ MIN_SELECTION = 20  # pairs a method's selection set needs to rank anything wort
 
 
 @dataclass(frozen=True)
-class AdaptResult:
+class Prepared:
+    """What the corpus gave, before training: `adapt.json`, and the command's first lines."""
+
     corpus: CorpusCounts
     pairs: dict[str, int]  # method -> training pairs made
     dropped: dict[str, dict[str, int]]  # "pairs" | "selection" -> method -> pairs carrying a guarded text
+    negatives: dict[str, dict[str, int]]  # method -> the miner's counts (empty: no negatives mined)
+    selection: dict[str, int]  # method -> pairs of the held-out documents (the in-domain selection sets)
+    general: list[str]  # the general selection sets kept
+    general_left_out: dict[str, int]  # general selection set -> its texts that are documents of the corpus
+
+    @property
+    def selects(self) -> bool:
+        """Whether anything is left to choose the WiSE-FT weight on."""
+        return bool(self.selection or self.general)
+
+    def report(self) -> dict[str, Any]:
+        report = {
+            "corpus": asdict(self.corpus),
+            "pairs": self.pairs,
+            "dropped": self.dropped,
+            "selection": {"in_domain": self.selection, "general": self.general},
+        }
+        if self.negatives:
+            report["negatives"] = self.negatives
+        if self.general_left_out:
+            report["general_left_out"] = self.general_left_out
+        return report
+
+
+@dataclass(frozen=True)
+class AdaptResult:
+    prepared: Prepared
     training: ContrastiveResult
-    negatives: dict[str, dict[str, int]] = field(default_factory=dict)  # method -> the miner's counts
 
 
 @dataclass(frozen=True)
@@ -151,16 +181,41 @@ def without_texts(
     return kept, {method: n for method, n in lost.items() if n}
 
 
-def general_texts(settings: AdaptSettings, evaluated: frozenset[int]) -> frozenset[int]:
-    """The text keys of export.selection.general's sets, which no training pair may carry. A set that holds
-    evaluation texts is refused here, before any pair is made, as the trainer would refuse it after."""
-    keys: set[int] = set()
+@dataclass(frozen=True)
+class GeneralSets:
+    """export.selection.general's sets as this corpus leaves them: general text is text the run neither trains
+    on nor is evaluated on, so a set sharing a text with the documents (a user adapting on the manual pages)
+    is left out of the selection rather than costing the user's pairs."""
+
+    kept: list[HeldOutSet]
+    keys: frozenset[int]  # the text keys of the kept sets, which no training pair may carry
+    left_out: dict[str, int]  # set label -> how many of its texts are documents of the corpus
+
+
+def general_sets(
+    settings: AdaptSettings, evaluated: frozenset[int]
+) -> dict[str, tuple[HeldOutSet, set[int]]]:
+    """export.selection.general's sets by label, with their text keys. A set that holds evaluation texts is
+    refused here, before any pair is made, as the trainer would refuse it after."""
+    sets = {}
     for spec in settings.export.selection.general:
         queries, corpus, _ = retrieval_set(spec)
         texts = [*queries.values(), *corpus.values()]
         refuse_shared(spec, texts, evaluated, "evaluation texts")
-        keys.update(map(text_key, texts))
-    return frozenset(keys)
+        sets[spec.label] = (spec, set(map(text_key, texts)))
+    return sets
+
+
+def outside(sets: dict[str, tuple[HeldOutSet, set[int]]], documents: list[str]) -> GeneralSets:
+    """`sets` less those sharing a text with `documents`."""
+    keys = set(map(text_key, documents))
+    shared = {label: len(set_keys & keys) for label, (_, set_keys) in sets.items()}
+    kept = [label for label, count in shared.items() if not count]
+    return GeneralSets(
+        [sets[label][0] for label in kept],
+        frozenset().union(*(sets[label][1] for label in kept)),
+        {label: count for label, count in shared.items() if count},
+    )
 
 
 def training_texts(pairs_dir: Path) -> frozenset[int]:
@@ -175,17 +230,19 @@ def training_texts(pairs_dir: Path) -> frozenset[int]:
     )
 
 
-def contrastive_settings(settings: AdaptSettings, out: Path, selected: list[str]) -> ContrastiveSettings:
+def contrastive_settings(
+    settings: AdaptSettings, out: Path, selected: list[str], general: list[HeldOutSet]
+) -> ContrastiveSettings:
     """The contrastive run that adapts: the pairs as its data, the held-out documents' pairs of the `selected`
-    methods as the selection split its WiSE-FT weight is chosen on (beside the recipe's general sets), the
-    export in <out>/model."""
+    methods as the in-domain half of the selection split its WiSE-FT weight is chosen on, the `general` sets
+    the other half, the export in <out>/model."""
     export = settings.export
     held_out = [
         HeldOutSet(kind="records", path=str(out / SELECTION), source=method, name=f"selection-{method}")
         for method in selected
     ]
     selection = export.selection.model_copy(
-        update={"in_domain": 0, "general": [*held_out, *export.selection.general]}
+        update={"in_domain": 0, "in_domain_sets": held_out, "general": general}
     )
     return ContrastiveSettings(
         data=DataSettings(
@@ -203,15 +260,17 @@ def contrastive_settings(settings: AdaptSettings, out: Path, selected: list[str]
     )
 
 
-def run_adapt(settings: AdaptSettings) -> AdaptResult:
-    """Adapt `model.base` to the corpus per `settings`; see the module's docstring for what is written."""
+def run_adapt(settings: AdaptSettings, announce: Callable[[Prepared], None] = lambda _: None) -> AdaptResult:
+    """Adapt `model.base` to the corpus per `settings`; see the module's docstring for what is written.
+    `announce` gets what the corpus gave once the pairs are made, before training."""
     out = Path(settings.train.output_dir)
     check_trainable(settings.model.base)  # before any work
     # The texts the selection split may not hold: every evaluated set's queries and documents.
     evaluated = evaluated_texts(settings.eval.sets)
-    general = general_texts(settings, evaluated)
+    recipe_general = general_sets(settings, evaluated)
     with run_lock(out):
         corpus = settings.corpus.read(evaluated)
+        general = outside(recipe_general, [*corpus.train, *corpus.selection])
         config, pairs = pair_config(settings, corpus.guard), settings.pairs
         options: dict[str, Any] = {
             "seed": settings.train.seed,
@@ -224,7 +283,7 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
             made = sourced_pairs(corpus.train, pairs.methods, rows=training_rows(settings), **options)
             # No evaluation query may be trained on, and the general selection sets must be text the run does
             # not train on (the selection refuses them).
-            made, dropped = without_texts(made, corpus.guard.keys | general)
+            made, dropped = without_texts(made, corpus.guard.keys | general.keys)
             if not (usable := enough(made, batch)):
                 counts = ", ".join(f"{method} {len(rows)}" for method, rows in made.items())
                 raise CorpusError(
@@ -254,8 +313,22 @@ def run_adapt(settings: AdaptSettings) -> AdaptResult:
             return Made(enough(held, MIN_SELECTION), {}, lost)
 
         selection = ensure_pairs(out / SELECTION, config, selection_pairs)
-        dropped_pairs = {"pairs": made.dropped, "selection": selection.dropped}
-        report = {"corpus": asdict(corpus.counts), "pairs": made.pairs, "dropped": dropped_pairs}
-        write_json(out / REPORT, {**report, "negatives": made.mined} if made.mined else report)
-    training = run_contrastive(contrastive_settings(settings, out, list(selection.pairs)))
-    return AdaptResult(corpus.counts, made.pairs, dropped_pairs, training, made.mined)
+        prepared = Prepared(
+            corpus.counts,
+            made.pairs,
+            {"pairs": made.dropped, "selection": selection.dropped},
+            made.mined,
+            selection.pairs,
+            [spec.label for spec in general.kept],
+            general.left_out,
+        )
+        write_json(out / REPORT, prepared.report())
+    announce(prepared)
+    contrastive = contrastive_settings(settings, out, list(selection.pairs), general.kept)
+    if not prepared.selects and settings.export.base_weight == "auto":
+        # Too few held-out pairs and every general set among the documents: the adapted weights are exported
+        # as trained (the selection line says so).
+        contrastive = contrastive.model_copy(
+            update={"export": contrastive.export.model_copy(update={"base_weight": 0.0})}
+        )
+    return AdaptResult(prepared, run_contrastive(contrastive))

@@ -157,7 +157,8 @@ def run_adaptation(settings) -> Adapted:
     runtime = logged_runtime(read_jsonl(Path(settings.train.output_dir) / "train" / METRICS_FILE))
     training = result.training
     return Adapted(training.steps, runtime / 60, str(training.export), minutes=minutes,
-                   base_weight=training.base_weight, documents=result.corpus.train, pairs=result.pairs)  # fmt: skip
+                   base_weight=training.base_weight, documents=result.prepared.corpus.train,
+                   pairs=result.prepared.pairs)  # fmt: skip
 
 
 def train_arm(bench: AdaptBench, corpora: dict[str, Corpus], arm: Arm, runs: dict[Arm, Trained]) -> Trained:

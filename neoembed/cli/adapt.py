@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from neoembed.adapt import AdaptSettings
+from neoembed.adapt import AdaptSettings, Prepared
 from neoembed.cli.options import Flag, recipe_options
 
 
@@ -26,42 +26,58 @@ def adapt(settings: AdaptSettings) -> None:
     resumes."""
     from neoembed.adapt import run_adapt
 
-    result = run_adapt(settings)
-    corpus = result.corpus
-    reasons = {"empty": corpus.empty, "short": corpus.short, "duplicates": corpus.duplicates}
-    left_out = ", ".join(f"{n} {reason}" for reason, n in reasons.items() if n)
-    leaked = ", ".join(f"{n} {name} evaluation queries" for name, n in corpus.leaked.items())
-    typer.echo(
-        f"corpus: {corpus.rows} rows -> {corpus.train} documents to adapt on, {corpus.selection} to "
-        f"select on"
-        + (f" (left out: {', '.join(p for p in (left_out, leaked) if p)})" if left_out or leaked else "")
-    )
-    dropped = "; ".join(
-        f"{split} " + ", ".join(f"{method} {n}" for method, n in lost.items())
-        for split, lost in result.dropped.items()
-        if lost
-    )
-    typer.echo(
-        "pairs: "
-        + ", ".join(f"{method} {n}" for method, n in result.pairs.items())
-        + (f" (dropped for carrying an evaluation or selection text: {dropped})" if dropped else "")
-    )
-    if result.negatives:
-        dropped_as = {
-            "dropped_margin": "scored too near the positive",
-            "dropped_same_document": "from the query's document",
-        }
-        why = ", ".join(
-            f"{sum(c[key] for c in result.negatives.values())} {reason}" for key, reason in dropped_as.items()
-        )
-        typer.echo(
-            "hard negatives: "
-            + ", ".join(f"{method} {c['mined']}" for method, c in result.negatives.items())
-            + f" (mined with the base model; candidates left out: {why})"
-        )
+    result = run_adapt(settings, announce=lambda prepared: typer.echo("\n".join(prepared_lines(prepared))))
     training = result.training
     typer.echo(f"steps: {training.steps}; base weight kept: {training.base_weight}")
     for line in training.score_lines():
         typer.echo(line)
     if training.export:
         typer.echo(f"exported: {training.export}")
+
+
+def prepared_lines(prepared: Prepared) -> list[str]:
+    """What the corpus gave, said before training: documents, pairs, mined negatives, the selection split."""
+    corpus = prepared.corpus
+    reasons = {"empty": corpus.empty, "short": corpus.short, "duplicates": corpus.duplicates}
+    left_out = ", ".join(f"{n} {reason}" for reason, n in reasons.items() if n)
+    leaked = ", ".join(f"{n} {name} evaluation queries" for name, n in corpus.leaked.items())
+    lines = [
+        f"corpus: {corpus.rows} rows -> {corpus.train} documents to adapt on, {corpus.selection} to select on"
+        + (f" (left out: {', '.join(p for p in (left_out, leaked) if p)})" if left_out or leaked else "")
+    ]
+    dropped = "; ".join(
+        f"{split} " + ", ".join(f"{method} {n}" for method, n in lost.items())
+        for split, lost in prepared.dropped.items()
+        if lost
+    )
+    lines.append(
+        "pairs: "
+        + ", ".join(f"{method} {n}" for method, n in prepared.pairs.items())
+        + (f" (dropped for carrying an evaluation or selection text: {dropped})" if dropped else "")
+    )
+    if prepared.negatives:
+        dropped_as = {
+            "dropped_margin": "scored too near the positive",
+            "dropped_same_document": "from the query's document",
+        }
+        why = ", ".join(
+            f"{sum(c[key] for c in prepared.negatives.values())} {reason}"
+            for key, reason in dropped_as.items()
+        )
+        lines.append(
+            "hard negatives: "
+            + ", ".join(f"{method} {c['mined']}" for method, c in prepared.negatives.items())
+            + f" (mined with the base model; candidates left out: {why})"
+        )
+    held = ", ".join(f"{method} {n}" for method, n in prepared.selection.items()) or "none"
+    general = ", ".join(prepared.general) or "none"
+    shadowed = "; ".join(
+        f"{label} left out, {n} of its texts are documents of the corpus"
+        for label, n in prepared.general_left_out.items()
+    )
+    lines.append(
+        f"selection: held-out pairs {held}; general text {general}"
+        + (f" ({shadowed})" if shadowed else "")
+        + ("" if prepared.selects else "; nothing to choose the base weight on, the adapted weights are kept")
+    )
+    return lines

@@ -4,11 +4,13 @@ Fine-tuning on one kind of text gains on it and can lose elsewhere, and the shar
 loss depends on the build (docs/contrastive.md). So each run scores a few mixing weights on a selection split
 and keeps the best. The split mixes two kinds of retrieval set, counted half each:
 - in-domain: `export.selection.in_domain` rows of each training source, held out of training (the rows with
-  the smallest query keys: a fixed pseudo-random choice; rows sharing any text with them leave training too);
+  the smallest query keys: a fixed pseudo-random choice; rows sharing any text with them leave training too),
+  and the sets of `export.selection.in_domain_sets`, held out by whoever made the data (`neoembed adapt`: the
+  pairs of documents it never trains on);
 - general: sets of text the run neither trains on nor is evaluated on (`export.selection.general`, Debian's
   manual pages by default), so that the weight kept is one that does not forget.
-A general set sharing a text with the training data or with an evaluation set is refused, with the count:
-choosing on evaluation data would report a tuned score as a held-out one.
+A set given by the recipe sharing a text with the training data or with an evaluation set is refused, with
+the count: choosing on evaluation data would report a tuned score as a held-out one.
 """
 
 from __future__ import annotations
@@ -88,13 +90,16 @@ def evaluated_texts(eval_sets: Sequence[HeldOutSet]) -> frozenset[int]:
     )
 
 
-def refuse_shared(spec: HeldOutSet, texts: list[str], keys: Collection[int], what: str) -> None:
-    """A general selection set holding any of `keys` (training or evaluation texts) is refused, named."""
+def refuse_shared(
+    spec: HeldOutSet, texts: list[str], keys: Collection[int], what: str, field: str = "general"
+) -> None:
+    """A selection set (of export.selection.`field`) holding any of `keys` (training or evaluation texts) is
+    refused, named."""
     if shared := _shared(texts, keys):
         raise RecipeError(
-            f"export.selection.general {spec.label}: {shared} of its {len(texts)} texts are also "
+            f"export.selection.{field} {spec.label}: {shared} of its {len(texts)} texts are also "
             f"{what}; select on text the run neither trains on nor is evaluated on",
-            param="export.selection.general",
+            param=f"export.selection.{field}",
         )
 
 
@@ -108,11 +113,16 @@ def selection_split(settings: ContrastiveSettings, sources: dict[str, Dataset]):
     )
     training = set(np.concatenate([text_keys(d).ravel() for d in sources.values()]).tolist())
     evaluated = evaluated_texts(settings.eval.sets)
-    for spec in selection.general:
-        texts = _texts(found := retrieval_set(spec))
-        refuse_shared(spec, texts, training, "training texts")
-        refuse_shared(spec, texts, evaluated, "evaluation texts")
-        split.general[spec.label] = SelectionSet(found, prompt_source(spec))
+    groups = (
+        ("in_domain_sets", split.in_domain, selection.in_domain_sets),
+        ("general", split.general, selection.general),
+    )
+    for setting, group, specs in groups:
+        for spec in specs:
+            texts = _texts(found := retrieval_set(spec))
+            refuse_shared(spec, texts, training, "training texts", setting)
+            refuse_shared(spec, texts, evaluated, "evaluation texts", setting)
+            group[spec.label] = SelectionSet(found, prompt_source(spec))
     for name, chosen in split.in_domain.items():
         if shared := _shared(_texts(chosen.retrieval), evaluated):
             raise RecipeError(

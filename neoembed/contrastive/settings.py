@@ -298,14 +298,18 @@ class SelectionSettings(StrictSettings):
     in_domain: int = Field(default=500, ge=0)
     """Rows of each training source held out of training for selection (a fixed pseudo-random choice by text
     key; rows sharing a text with them leave training too). 0: general text alone."""
+    in_domain_sets: list[HeldOutSet] = Field(default_factory=list)
+    """In-domain retrieval sets held out before training by whoever made the data (`neoembed adapt`: the pairs
+    of its held-out documents), counted with the in-domain rows; refused, as a general set is, where they share
+    a text with the training data or an evaluation set."""
     general: list[HeldOutSet] = Field(default_factory=lambda: [HeldOutSet(kind="manpages")])
     """Retrieval sets of general text, e.g. [manpages], [packages] or [{kind: records, path: P, source: S}];
     one that shares a text with the training data or an evaluation set is refused."""
 
     @model_validator(mode="after")
     def _something_to_select_on(self):
-        if not self.in_domain and not self.general:
-            raise ValueError("in_domain 0 and no general sets leave nothing to select on")
+        if not self.in_domain and not self.in_domain_sets and not self.general:
+            raise ValueError("in_domain 0 and no in-domain or general sets leave nothing to select on")
         return self
 
 
