@@ -318,6 +318,36 @@ def test_notes_in_a_jsonl_field_of_their_own_run_to_the_end(tmp_path, encoder):
     assert not trained & evaluated
 
 
+def test_clustered_pairs_are_a_source_per_method_and_topic_cluster_of_the_documents(tmp_path, encoder):
+    """pairs.clusters: the documents clustered once, each method's pairs split by their document's cluster,
+    so a document's pairs are in the same cluster whatever the method; a method's prompts reach its splits."""
+    texts = documents(300)
+    corpus, out = write(tmp_path / "docs.txt", texts), tmp_path / "run"
+    more = ["--steps", "24", "--pairs.clusters", "2", "--pairs.prompts", '{"lead": {"query": "lead: "}}']
+    result = CliRunner().invoke(app, adapt_args(corpus, out, encoder, *more))
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "adapt.json").read_text())["pairs"] == {"crop": 64, "lead": 64, "terms": 64}
+    stats = json.loads((out / "pairs" / "stats.json").read_text())["sources"]
+    assert {s["method"] for s in stats.values()} == {"crop", "lead", "terms"}
+    assert all(name.split(".")[0] == s["method"] and s["rows_out"] >= 16 for name, s in stats.items())
+    cluster_of: dict[str, str] = {}  # document -> the cluster suffix of the sources its pairs are in
+    for name, rows in load_records(out / "pairs").items():
+        if name.endswith(".mixed"):
+            continue
+        for positive in rows["positive"]:
+            home = next(t for t in texts if positive in t)
+            assert cluster_of.setdefault(home, name.split(".")[1]) == name.split(".")[1]
+    assert len(set(cluster_of.values())) == 2
+    from sentence_transformers import SentenceTransformer
+
+    prompts = SentenceTransformer(str(out / "model")).prompts
+    assert {name for name, text in prompts.items() if text == "lead: "} == {
+        f"{name}_query" for name in stats if name.startswith("lead.")
+    }
+    again = CliRunner().invoke(app, adapt_args(corpus, out, encoder, *more))
+    assert again.exit_code == 0 and "pairs: crop 64, lead 64, terms 64" in again.output
+
+
 def test_hard_negatives_are_mined_among_the_method_s_positives_never_from_the_query_s_document(
     tmp_path, encoder
 ):

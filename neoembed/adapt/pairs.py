@@ -204,12 +204,15 @@ def write_pairs(
     dropped: dict[str, int],
     negatives: dict[str, list[list[str]]] | None = None,
     mined: dict[str, dict[str, int]] | None = None,
+    methods: dict[str, str] | None = None,
 ) -> None:
     """`pairs` as a build in `out`: `<out>/<source>/part-00000.parquet` (query, positive, negatives, source)
     per source, then `stats.json`, last, as the builder writes it (its presence marks the build complete).
-    `leaked`: documents left out as evaluation queries; `dropped`: pairs per source left out for carrying a
-    text they may not (`adapt.run.without_texts`); `negatives`: each pair's mined negatives per source (none
-    where absent), and `mined` the miner's counts per source (`adapt.negatives`)."""
+    `methods`: the pair method of each source, where sources split methods further (by topic cluster,
+    `adapt.clusters`); each source is its own method where absent. `leaked`: documents left out as evaluation
+    queries; `dropped`: pairs per method left out for carrying a text they may not (`adapt.run.without_texts`);
+    `negatives`: each pair's mined negatives per source (none where absent), and `mined` the miner's counts
+    per method (`adapt.negatives`)."""
     import pyarrow as pa
 
     sources = {}
@@ -228,6 +231,7 @@ def write_pairs(
         )
         write_parquet(part, table)
         sources[source] = {
+            "method": (methods or {}).get(source, source),
             "rows_out": len(rows),
             "dataset": None,
             "part_checksums": {part.name: file_checksum(part)},

@@ -26,6 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from neoembed.adapt.clusters import cluster_count, cluster_sources, document_clusters
 from neoembed.adapt.corpus import CorpusCounts, CorpusError
 from neoembed.adapt.negatives import mine_negatives
 from neoembed.adapt.pairs import Sourced, sourced_pairs, unsourced, write_pairs
@@ -41,6 +44,7 @@ from neoembed.contrastive import (
     refuse_shared,
     retrieval_set,
     run_contrastive,
+    split_sources,
 )
 from neoembed.data import LeakGuard, text_key
 from neoembed.recipes import RecipeError
@@ -97,6 +101,7 @@ class Made:
     dropped: dict[str, int]  # method -> pairs dropped for carrying a guarded text
     negatives: dict[str, list[list[str]]] = field(default_factory=dict)  # method -> each pair's negatives
     mined: dict[str, dict[str, int]] = field(default_factory=dict)  # method -> the miner's counts
+    clusters: np.ndarray | None = None  # each document's topic cluster (`adapt.clusters`); None: unclustered
 
 
 def pair_config(settings: AdaptSettings, guard: LeakGuard) -> dict[str, Any]:
@@ -105,13 +110,15 @@ def pair_config(settings: AdaptSettings, guard: LeakGuard) -> dict[str, Any]:
     guarded at all) may carry a query the run must not train on."""
     corpus = Path(settings.corpus.path).resolve()
     stat = corpus.stat()
-    # Pairs made without negatives keep the digest they had before negatives could be mined (runs resume).
+    # Pairs made without negatives or clusters keep the digest they had before either existed (runs resume).
     unmined = () if settings.pairs.negatives else ("negatives", "negative_margin")
+    unclustered = () if clustered(settings) else ("clusters",)
+    uses_base = settings.pairs.negatives or clustered(settings)
     return {
         "corpus": {"file": str(corpus), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "corpus_settings": settings.corpus.model_dump(mode="json"),
-        "pairs": settings.pairs.model_dump(mode="json", exclude={"prompts", "alpha", *unmined}),
-        **({"miner": settings.model.base} if settings.pairs.negatives else {}),
+        "pairs": settings.pairs.model_dump(mode="json", exclude={"prompts", "alpha", *unmined, *unclustered}),
+        **({"miner": settings.model.base} if uses_base else {}),
         "rows": training_rows(settings),
         "seed": settings.train.seed,
         "guard": guard.digest,
@@ -125,6 +132,15 @@ def training_rows(settings: AdaptSettings) -> int:
     return max(drawn, train.batch_size)
 
 
+def clusters_asked(settings: AdaptSettings) -> int:
+    """How many topic clusters the training batches are drawn from (1: none)."""
+    return cluster_count(settings.pairs.clusters, training_rows(settings), settings.train.batch_size)
+
+
+def clustered(settings: AdaptSettings) -> bool:
+    return clusters_asked(settings) > 1
+
+
 @dataclass(frozen=True)
 class PairCounts:
     """A written pair set's counts per method (`adapt.json`)."""
@@ -132,11 +148,13 @@ class PairCounts:
     pairs: dict[str, int]  # pairs made
     dropped: dict[str, int]  # pairs dropped for carrying a guarded text
     mined: dict[str, dict[str, int]]  # the miner's counts, when negatives were mined
+    sources: dict[str, str]  # the training sources written -> the method of each
 
 
-def ensure_pairs(out: Path, config: dict[str, Any], make: Callable[[], Made]) -> PairCounts:
+def ensure_pairs(out: Path, config: dict[str, Any], make: Callable[[], Made], batch_size: int) -> PairCounts:
     """The counts of the pairs in `out`, made by `make()` and written unless a finished set from the same
-    `config` is there."""
+    `config` is there: a source per method, or per method and cluster where `make` clustered the documents
+    (clusters too small to fill `batch_size` twice pooled, `adapt.clusters`)."""
     stats_file = out / "stats.json"
     if stats_file.exists():
         stats = json.loads(stats_file.read_text(encoding="utf-8"))
@@ -146,20 +164,35 @@ def ensure_pairs(out: Path, config: dict[str, Any], make: Callable[[], Made]) ->
                 param="train.output_dir",
             )
         total = stats["total"]
-        counts = {source: s["rows_out"] for source, s in stats["sources"].items()}
-        return PairCounts(counts, total["pairs_dropped_for_guarded_text"], total.get("negatives_mined", {}))
+        methods = {source: written.get("method", source) for source, written in stats["sources"].items()}
+        counts = dict.fromkeys(methods.values(), 0)
+        for source, written in stats["sources"].items():
+            counts[methods[source]] += written["rows_out"]
+        dropped, mined = total["pairs_dropped_for_guarded_text"], total.get("negatives_mined", {})
+        return PairCounts(counts, dropped, mined, methods)
     made = make()
     pairs = unsourced(made.pairs)
+    sources = {method: (method, list(range(len(rows)))) for method, rows in pairs.items()}
+    if made.clusters is not None:
+        documents = {method: [document for document, _ in rows] for method, rows in made.pairs.items()}
+        sources = cluster_sources(documents, made.clusters, batch_size)
     write_pairs(
         out,
-        pairs,
+        {source: [pairs[method][i] for i in rows] for source, (method, rows) in sources.items()},
         config={"made_from": config},
         leaked=made.leaked,
         dropped=made.dropped,
-        negatives=made.negatives,
+        negatives={
+            source: [made.negatives[method][i] for i in rows]
+            for source, (method, rows) in sources.items()
+            if method in made.negatives
+        },
         mined=made.mined,
+        methods=(methods := {source: method for source, (method, _) in sources.items()}),
     )
-    return PairCounts({method: len(rows) for method, rows in pairs.items()}, made.dropped, made.mined)
+    return PairCounts(
+        {method: len(rows) for method, rows in pairs.items()}, made.dropped, made.mined, methods
+    )
 
 
 def enough(pairs: dict[str, list], least: int) -> dict[str, list]:
@@ -231,11 +264,16 @@ def training_texts(pairs_dir: Path) -> frozenset[int]:
 
 
 def contrastive_settings(
-    settings: AdaptSettings, out: Path, selected: list[str], general: list[HeldOutSet]
+    settings: AdaptSettings,
+    out: Path,
+    sources: dict[str, str],
+    selected: list[str],
+    general: list[HeldOutSet],
 ) -> ContrastiveSettings:
-    """The contrastive run that adapts: the pairs as its data, the held-out documents' pairs of the `selected`
-    methods as the in-domain half of the selection split its WiSE-FT weight is chosen on, the `general` sets
-    the other half, the export in <out>/model."""
+    """The contrastive run that adapts: the pairs as its data (`sources`: each training source's method, whose
+    prompts it gets), the held-out documents' pairs of the `selected` methods as the in-domain half of the
+    selection split its WiSE-FT weight is chosen on, the `general` sets the other half, the export in
+    <out>/model."""
     export = settings.export
     held_out = [
         HeldOutSet(kind="records", path=str(out / SELECTION), source=method, name=f"selection-{method}")
@@ -249,7 +287,7 @@ def contrastive_settings(
             path=str(out / PAIRS),
             alpha=settings.pairs.alpha,
             max_negatives=settings.pairs.negatives,
-            prompts=settings.pairs.prompts,
+            prompts=split_sources(settings.pairs.prompts, sources),
         ),
         model=settings.model,
         loss=settings.loss,
@@ -291,18 +329,28 @@ def run_adapt(settings: AdaptSettings, announce: Callable[[Prepared], None] = la
                     "documents are too few or too short for these methods",
                     param="corpus.path",
                 )
-            if not pairs.negatives:
-                return Made(usable, corpus.counts.leaked, dropped)
-            negatives, mined = mine_negatives(
-                usable,
-                teacher=settings.model.base,
-                count=pairs.negatives,
-                margin=pairs.negative_margin,
-                workdir=out,
-            )
-            return Made(usable, corpus.counts.leaked, dropped, negatives, mined)
+            negatives: dict[str, list[list[str]]] = {}
+            mined: dict[str, dict[str, int]] = {}
+            if pairs.negatives:
+                negatives, mined = mine_negatives(
+                    usable,
+                    teacher=settings.model.base,
+                    count=pairs.negatives,
+                    margin=pairs.negative_margin,
+                    workdir=out,
+                )
+            clusters = None
+            if clustered(settings):
+                clusters = document_clusters(
+                    corpus.train,
+                    settings.model.base,
+                    clusters_asked(settings),
+                    seed=settings.train.seed,
+                    max_length=settings.model.max_length,
+                )
+            return Made(usable, corpus.counts.leaked, dropped, negatives, mined, clusters)
 
-        made = ensure_pairs(out / PAIRS, config, training_pairs)
+        made = ensure_pairs(out / PAIRS, config, training_pairs, batch)
 
         def selection_pairs() -> Made:
             held = sourced_pairs(corpus.selection, list(made.pairs), **options)
@@ -312,7 +360,7 @@ def run_adapt(settings: AdaptSettings, announce: Callable[[Prepared], None] = la
             held, lost = without_texts(held, corpus.guard.keys | evaluated | training_texts(out / PAIRS))
             return Made(enough(held, MIN_SELECTION), {}, lost)
 
-        selection = ensure_pairs(out / SELECTION, config, selection_pairs)
+        selection = ensure_pairs(out / SELECTION, config, selection_pairs, batch)
         prepared = Prepared(
             corpus.counts,
             made.pairs,
@@ -324,7 +372,7 @@ def run_adapt(settings: AdaptSettings, announce: Callable[[Prepared], None] = la
         )
         write_json(out / REPORT, prepared.report())
     announce(prepared)
-    contrastive = contrastive_settings(settings, out, list(selection.pairs), general.kept)
+    contrastive = contrastive_settings(settings, out, made.sources, list(selection.pairs), general.kept)
     if not prepared.selects and settings.export.base_weight == "auto":
         # Too few held-out pairs and every general set among the documents: the adapted weights are exported
         # as trained (the selection line says so).

@@ -77,6 +77,10 @@ class PairSettings(StrictSettings):
     negative_margin: float = Field(default=0.95, gt=0.0, le=1.0)
     """A candidate the base model scores above this x the pair's positive is not taken as a negative (the
     positive-aware rule: on pseudo pairs most such candidates are other true answers)."""
+    clusters: Literal["auto"] | Annotated[int, Field(ge=0)] = 0
+    """Topic clusters every training batch is drawn from (`adapt.clusters`): the documents are clustered once
+    with the base model, and each step's pairs come from one cluster, so its in-batch negatives share a topic.
+    auto: as many as give each cluster about 4 batches of a method's pairs; 0 or 1: batches across the corpus."""
     alpha: float = Field(default=1.0, ge=0.0)
     """Each step's method is sampled with probability ~ its pairs^alpha."""
     prompts: dict[str, PromptSettings] = Field(default_factory=dict)

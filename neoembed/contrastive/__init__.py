@@ -9,6 +9,7 @@ from neoembed.faces import attach_face
 if TYPE_CHECKING:  # the public names, written once; attach_face loads each on first use
     from .evaluation import retrieval_set as retrieval_set
     from .model import check_trainable as check_trainable
+    from .prompts import split_sources as split_sources
     from .result import (
         ContrastiveResult as ContrastiveResult,
         SetScores as SetScores,

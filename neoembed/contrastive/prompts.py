@@ -27,6 +27,15 @@ def resolve(prompts: Mapping[str, PromptSettings], source: str | None) -> tuple[
     return query or "", document or ""
 
 
+def split_sources(
+    prompts: Mapping[str, PromptSettings], groups: Mapping[str, str]
+) -> dict[str, PromptSettings]:
+    """`prompts` named by group (`neoembed adapt`'s pair methods, which several sources split) as data.prompts
+    names them: each source (a key of `groups`, valued by its group) gets its group's, `default` stays."""
+    named = {source: prompts[group] for source, group in groups.items() if group in prompts}
+    return {**({DEFAULT: prompts[DEFAULT]} if DEFAULT in prompts else {}), **named}
+
+
 def check_sources(prompts: Mapping[str, PromptSettings], sources: Iterable[str]) -> None:
     unknown = sorted(set(prompts) - {DEFAULT, *sources})
     if unknown:
