@@ -3,10 +3,15 @@ on a bare corpus."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from neoembed.adapt import AdaptSettings, Prepared
+from neoembed.adapt import AdaptSettings
 from neoembed.cli.options import Flag, recipe_options
+
+if TYPE_CHECKING:  # run.py loads datasets, which `--help` must not need (tests/test_optional_imports.py)
+    from neoembed.adapt import Prepared
 
 
 @recipe_options(
