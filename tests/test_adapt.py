@@ -326,9 +326,17 @@ def test_clustered_pairs_are_a_source_per_method_and_topic_cluster_of_the_docume
     more = ["--steps", "24", "--pairs.clusters", "2", "--pairs.prompts", '{"lead": {"query": "lead: "}}']
     result = CliRunner().invoke(app, adapt_args(corpus, out, encoder, *more))
     assert result.exit_code == 0, result.output
-    assert json.loads((out / "adapt.json").read_text())["pairs"] == {"crop": 64, "lead": 64, "terms": 64}
+    report = json.loads((out / "adapt.json").read_text())
+    assert report["pairs"] == {"crop": 64, "lead": 64, "terms": 64}
     stats = json.loads((out / "pairs" / "stats.json").read_text())["sources"]
     assert {s["method"] for s in stats.values()} == {"crop", "lead", "terms"}
+    # the sources each method's batches are drawn from, counted in adapt.json and said before training
+    per_method = {m: sum(s["method"] == m for s in stats.values()) for m in ("crop", "lead", "terms")}
+    assert report["clusters"] == per_method
+    said = ", ".join(f"{m} {n}" for m, n in per_method.items())
+    assert f"batches: each from one topic cluster of the documents (k-means on the base model), {said}" in (
+        result.output
+    )
     assert all(name.split(".")[0] == s["method"] and s["rows_out"] >= 16 for name, s in stats.items())
     cluster_of: dict[str, str] = {}  # document -> the cluster suffix of the sources its pairs are in
     for name, rows in load_records(out / "pairs").items():

@@ -21,6 +21,7 @@ resumes from its newest complete checkpoint.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,6 +67,7 @@ class Prepared:
     selection: dict[str, int]  # method -> pairs of the held-out documents (the in-domain selection sets)
     general: list[str]  # the general selection sets kept
     general_left_out: dict[str, int]  # general selection set -> its texts that are documents of the corpus
+    clusters: dict[str, int]  # method -> the topic clusters its batches are drawn from (empty: unclustered)
 
     @property
     def selects(self) -> bool:
@@ -83,6 +85,8 @@ class Prepared:
             report["negatives"] = self.negatives
         if self.general_left_out:
             report["general_left_out"] = self.general_left_out
+        if self.clusters:
+            report["clusters"] = self.clusters
         return report
 
 
@@ -369,6 +373,7 @@ def run_adapt(settings: AdaptSettings, announce: Callable[[Prepared], None] = la
             selection.pairs,
             [spec.label for spec in general.kept],
             general.left_out,
+            dict(Counter(made.sources.values())) if clustered(settings) else {},
         )
         write_json(out / REPORT, prepared.report())
     announce(prepared)

@@ -74,6 +74,12 @@ def prepared_lines(prepared: Prepared) -> list[str]:
             + ", ".join(f"{method} {c['mined']}" for method, c in prepared.negatives.items())
             + f" (mined with the base model; candidates left out: {why})"
         )
+    if prepared.clusters:
+        lines.append(
+            "batches: each from one topic cluster of the documents (k-means on the base model), "
+            + ", ".join(f"{method} {n}" for method, n in prepared.clusters.items())
+            + " clusters (pairs.clusters)"
+        )
     held = ", ".join(f"{method} {n}" for method, n in prepared.selection.items()) or "none"
     general = ", ".join(prepared.general) or "none"
     shadowed = "; ".join(
