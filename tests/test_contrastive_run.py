@@ -647,7 +647,7 @@ def test_the_base_weight_scan_stops_two_candidates_past_the_best(monkeypatch, cu
     from neoembed.contrastive import selection
 
     class Mix:  # stands in for the weight mix: its "model" is the weight applied
-        model = None
+        model, tuned = None, "final"
 
         def apply(self, weight):
             self.model = weight
@@ -659,8 +659,88 @@ def test_the_base_weight_scan_stops_two_candidates_past_the_best(monkeypatch, cu
     )
     split = selection.SelectionSplit(general={"set": selection.SelectionSet(({}, {}, {}), None)})
     logged = []
-    choice = selection.choose_base_weight(Mix(), split, list(curve), {}, 8, logged.append)
+    choice = selection.choose_export(Mix(), split, list(curve), [(4, None)], {}, 8, logged.append)
     assert choice.base_weight == kept and len(choice.curve) == len(logged) == scored
+    assert choice.step == 4 and {point["step"] for point in choice.curve} == {4}
+
+
+def test_an_earlier_checkpoint_that_scores_higher_is_kept_with_its_own_weights(monkeypatch):
+    """export.checkpoints all: each checkpoint scans the weights with its own patience; the best (checkpoint,
+    weight) is kept and the mix left holding that checkpoint's weights, not the last one read."""
+    from neoembed.contrastive import selection
+
+    scores = {  # (checkpoint, base weight) -> score: step 100 peaks highest, at 0.1
+        ("final", 0.0): 0.80, ("final", 0.1): 0.79, ("final", 0.2): 0.78,
+        (100, 0.0): 0.81, (100, 0.1): 0.83, (100, 0.2): 0.82, (100, 0.3): 0.80,
+        (50, 0.0): 0.70, (50, 0.1): 0.69, (50, 0.2): 0.68,
+    }  # fmt: skip
+
+    class Mix:  # stands in for the weight mix: "tuned" names the checkpoint, "model" what is applied
+        tuned, model = "final", None
+
+        def retune(self, state):
+            self.tuned = state
+
+        def apply(self, weight):
+            self.model = (self.tuned, weight)
+
+    monkeypatch.setattr(
+        selection,
+        "retrieval_evaluator",
+        lambda name, *_: lambda applied: {f"{name}_cosine_ndcg@10": scores[applied]},
+    )
+    split = selection.SelectionSplit(general={"set": selection.SelectionSet(({}, {}, {}), None)})
+    mix = Mix()
+    tuned = [(200, None), (100, lambda: 100), (50, lambda: 50)]
+    choice = selection.choose_export(mix, split, [0.0, 0.1, 0.2, 0.3, 0.4], tuned, {}, 8, lambda _: None)
+    assert (choice.step, choice.base_weight) == (100, 0.1) and mix.tuned == 100
+    scanned = [(point["step"], point["base_weight"]) for point in choice.curve]
+    assert scanned == [(200, 0.0), (200, 0.1), (200, 0.2), (100, 0.0), (100, 0.1), (100, 0.2), (100, 0.3)] + [
+        (50, 0.0),
+        (50, 0.1),
+        (50, 0.2),
+    ]
+
+
+def test_checkpoints_all_exports_the_chosen_checkpoint_mixed_with_the_base(tmp_path, build, minilm_path):
+    """export.checkpoints all on a run that kept checkpoints 2 and 4: both scanned, the choice recorded, and
+    the exported weights are exactly the chosen checkpoint's mixed at the chosen base weight."""
+    general = write_build(tmp_path / "general", {"gamma": records("gamma", 24)})
+    base_dir = tiny_encoder_dir(tmp_path, minilm_path)
+    run = tmp_path / "run"
+    plan = auto_recipe(build, base_dir, run, [{"kind": "records", "path": str(general), "source": "gamma"}])
+    plan["train"]["max_steps"] = 4
+    plan["export"] |= {"checkpoints": "all", "base_weights": [0.0, 0.5]}
+    summary = run_contrastive(ContrastiveSettings.model_validate(plan))
+
+    assert {point["step"] for point in summary.selection} == {4, 2}
+    best = max(summary.selection, key=lambda p: round(p["score"], 6))  # the first of equals
+    assert (summary.exported_step, summary.base_weight) == (best["step"], best["base_weight"])
+    tuned = load_file(run / f"checkpoint-{summary.exported_step}" / "model.safetensors")
+    base = load_file(base_dir / "model.safetensors")
+    exported = weights(run)
+    for name, tensor in exported.items():
+        expected = tuned[name].lerp(base[name], summary.base_weight)
+        torch.testing.assert_close(tensor, expected)
+    card = (run / "neobert-embed" / "README.md").read_text()
+    assert "The checkpoint and the base model's share was chosen" in card and "step 2: " in card
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"export": {"checkpoints": "all"}}, "set base_weight auto"),
+        (
+            {"export": {"checkpoints": "all", "base_weight": "auto"}, "model": {"lora": {"r": 4}}},
+            "LoRA run's checkpoints hold its adapters only",
+        ),
+    ],
+)
+def test_checkpoints_all_needs_the_selection_and_whole_weights(tmp_path, change, message):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=message):
+        ContrastiveSettings.model_validate({"data": {"path": str(tmp_path)}, **change})
 
 
 @pytest.mark.parametrize("setting", ["general", "in_domain_sets"])

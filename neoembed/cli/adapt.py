@@ -33,7 +33,9 @@ def adapt(settings: AdaptSettings) -> None:
 
     result = run_adapt(settings, announce=lambda prepared: typer.echo("\n".join(prepared_lines(prepared))))
     training = result.training
-    typer.echo(f"steps: {training.steps}; base weight kept: {training.base_weight}")
+    exported = training.exported_step
+    at = f"; exported step {exported}'s weights" if exported not in (None, training.steps) else ""
+    typer.echo(f"steps: {training.steps}{at}; base weight kept: {training.base_weight}")
     for line in training.score_lines():
         typer.echo(line)
     if training.export:

@@ -52,6 +52,7 @@ class TrainingFacts:
     infonce_weight: float = 1.0
     distillation: str | None = None  # e.g. "from **teacher** (weight 1.0): what it matched"
     selection: list[dict] | None = None  # export.base_weight auto: each candidate's selection scores
+    exported_step: int | None = None  # the step whose weights were exported (None: the last, `steps`)
     leakage: str | None = None  # the build's leakage guard: what it kept out of training
     seed: int = 0  # train.seed: initial weights of new layers, data order, dropout
     precision: str = "fp32"  # how training computed, e.g. "bf16 autocast over fp32 weights"
@@ -107,18 +108,26 @@ def training_facts(
     )
 
 
-def selection_text(curve: list[dict] | None, chosen: float) -> str:
-    """How `export.base_weight: auto` chose: each candidate's nDCG@10 on the selection split."""
+def selection_text(curve: list[dict] | None, weight: float, step: int | None) -> str:
+    """How `export.base_weight: auto` chose: each candidate's nDCG@10 on the selection split, by checkpoint
+    where several competed (export.checkpoints all)."""
     if not curve:
         return ""
-    points = ", ".join(
-        f"{point['base_weight']:g}: {point['score']:.4f}"
-        + (" (kept)" if point["base_weight"] == chosen else "")
-        for point in curve
-    )
+    steps = list(dict.fromkeys(point.get("step") for point in curve))
+
+    def scores(at) -> str:
+        return ", ".join(
+            f"{point['base_weight']:g}: {point['score']:.4f}"
+            + (" (kept)" if (point["base_weight"], point.get("step")) == (weight, step) else "")
+            for point in curve
+            if point.get("step") == at
+        )
+
+    points = scores(steps[0]) if len(steps) == 1 else "; ".join(f"step {at}: {scores(at)}" for at in steps)
     groups = " and ".join(g.replace("_", "-") for g in ("in_domain", "general") if g in curve[0])
+    which = "The base model's share" if len(steps) == 1 else "The checkpoint and the base model's share"
     return (
-        f"\nThe base model's share was chosen on a selection split ({groups} retrieval sets, held out of "
+        f"\n{which} was chosen on a selection split ({groups} retrieval sets, held out of "
         f"training and of every evaluation set), mean nDCG@10 by share: {points}."
     )
 
@@ -224,7 +233,7 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         "these exported weights."
         if facts.base_weight
         else ""
-    ) + selection_text(facts.selection, facts.base_weight)
+    ) + selection_text(facts.selection, facts.base_weight, facts.exported_step)
     matryoshka = (
         f"\nTrained as Matryoshka embeddings at {', '.join(map(str, facts.matryoshka_dims))} dimensions: the "
         "full embedding is the default; for a shorter one keep its first d values, e.g. "
@@ -271,9 +280,14 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         objective = "with the loss the training details below name, one source per step"
     else:
         objective = f"with {infonce}"
+    steps = (
+        f"{facts.steps} steps, exported at step {facts.exported_step}"
+        if facts.exported_step not in (None, facts.steps)
+        else f"{facts.steps} steps"
+    )
     return f"""## Training with neoembed
 
-Fine-tuned by `neoembed contrastive` from **{facts.base_model}** for **{facts.steps} steps**{lora} {objective}.
+Fine-tuned by `neoembed contrastive` from **{facts.base_model}** for **{steps}**{lora} {objective}.
 Embeddings are {facts.dimension}-dimensional, {facts.pooling}-pooled{normalized}. **Input limit:
 {facts.max_seq_length} tokens** (longer inputs are truncated; fine-tuned at {facts.max_length}). Trained in
 {facts.precision} with seed {facts.seed}; the exported weights are {facts.weight_dtype}.{matryoshka}{averaged}

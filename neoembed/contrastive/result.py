@@ -27,6 +27,8 @@ class ContrastiveResult:
     selection: list[dict] | None = (
         None  # export.base_weight auto: each candidate's scores on the selection split
     )
+    # the training step whose weights were exported (export.checkpoints all may choose an earlier checkpoint)
+    exported_step: int | None = None
 
     def write(self, path: Path) -> None:
         write_json(path, asdict(self))

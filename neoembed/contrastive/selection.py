@@ -2,7 +2,9 @@
 
 Fine-tuning on one kind of text gains on it and can lose elsewhere, and the share of the base that undoes the
 loss depends on the build (docs/contrastive.md). So each run scores a few mixing weights on a selection split
-and keeps the best. The split mixes two kinds of retrieval set, counted half each:
+and keeps the best; with `export.checkpoints: all` it does so for every checkpoint kept too, so a schedule
+that trained past its best is cut back to an earlier step (the early stopping of WiSE-FT's fine-tuning, on
+the same split). The split mixes two kinds of retrieval set, counted half each:
 - in-domain: `export.selection.in_domain` rows of each training source, held out of training (the rows with
   the smallest query keys: a fixed pseudo-random choice; rows sharing any text with them leave training too),
   and the sets of `export.selection.in_domain_sets`, held out by whoever made the data (`neoembed adapt`: the
@@ -52,7 +54,13 @@ class SelectionSplit:
 @dataclass(frozen=True)
 class Choice:
     base_weight: float
-    curve: list[dict]  # per candidate: base_weight, score, in_domain, general, each set's nDCG@10
+    curve: list[dict]  # per candidate: step, base_weight, score, in_domain, general, each set's nDCG@10
+    step: int  # the training step of the weights mixed (a checkpoint's, or those training ended with)
+
+
+# The weights a choice may mix with the base: a training step, and how to read that checkpoint's weights
+# (`model.state_dict()` names), None for the weights the model holds now.
+Tuned = tuple[int, Callable[[], dict] | None]
 
 
 def hold_out_in_domain(sources: dict[str, Dataset], rows: int) -> tuple[dict[str, Dataset], SelectionSplit]:
@@ -133,24 +141,46 @@ def selection_split(settings: ContrastiveSettings, sources: dict[str, Dataset]):
     return sources, split
 
 
-def choose_base_weight(
+def choose_export(
     mix: WeightMix,
     split: SelectionSplit,
     candidates: list[float],
+    tuned: Sequence[Tuned],
     source_prompts: Mapping,
     batch_size: int,
     log: Callable[[dict], None],
 ) -> Choice:
-    """Score the candidate base weights on the split, smallest first (nDCG@10; in-domain and general sets half
-    each), until PATIENCE in a row score below the best so far, and keep the best, the smallest weight among
-    equals; `log` gets each candidate's line. The model is left at the weights of the last candidate scored:
-    apply the choice."""
+    """Score the candidate base weights on the split (nDCG@10; in-domain and general sets half each) for each
+    of the `tuned` weights in turn, smallest base weight first, until PATIENCE in a row score below that
+    checkpoint's best; keep the best (checkpoint, weight), among equals the first scored. `log` gets each
+    candidate's line. The model is left at the chosen checkpoint's weights mixed at the last weight scored:
+    apply the choice's weight."""
+    weights = sorted(set(candidates))
+    if not weights:
+        raise RecipeError("export.base_weights is empty: base_weight auto needs a candidate to choose")
     evaluators = {
         name: retrieval_evaluator(f"select_{name}", s.retrieval, source_prompts, s.prompt_source, batch_size)
         for name, s in {**split.in_domain, **split.general}.items()
     }
-    curve, best, behind = [], None, 0
-    for weight in sorted(set(candidates)):
+    curve: list[dict] = []
+    best, best_weights = None, mix.tuned
+    for step, load in tuned:
+        if load is not None:
+            mix.retune(load())
+        for point in _weight_scan(mix, split, evaluators, weights, step):
+            curve.append(point)
+            log(point)
+            if best is None or round(point["score"], 6) > round(best["score"], 6):
+                best, best_weights = point, mix.tuned
+    assert best is not None  # every scan scores at least one weight
+    mix.tuned = best_weights
+    return Choice(best["base_weight"], curve, best["step"])
+
+
+def _weight_scan(mix: WeightMix, split: SelectionSplit, evaluators: dict, weights: list[float], step: int):
+    """The points of one checkpoint's scan over the base weights, ending PATIENCE past its best."""
+    best, behind = -1.0, 0
+    for weight in weights:
         mix.apply(weight)
         scores = {
             name: float(e(mix.model)[f"select_{name}_cosine_ndcg@10"]) for name, e in evaluators.items()
@@ -160,14 +190,9 @@ def choose_base_weight(
             "general": [scores[label] for label in split.general],
         }
         means = {group: float(np.mean(values)) for group, values in groups.items() if values}
-        point = {"base_weight": weight, "score": float(np.mean(list(means.values()))), **means}
-        point |= {f"ndcg@10 {name}": score for name, score in scores.items()}
-        curve.append(point)
-        log(point)
-        if best is None or round(point["score"], 6) > round(best["score"], 6):
-            best, behind = point, 0
+        point = {"step": step, "base_weight": weight, "score": float(np.mean(list(means.values()))), **means}
+        yield point | {f"ndcg@10 {name}": score for name, score in scores.items()}
+        if round(point["score"], 6) > round(best, 6):
+            best, behind = point["score"], 0
         elif (behind := behind + 1) == PATIENCE:
-            break
-    if best is None:
-        raise RecipeError("export.base_weights is empty: base_weight auto needs a candidate to choose")
-    return Choice(best["base_weight"], curve)
+            return

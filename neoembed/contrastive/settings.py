@@ -326,8 +326,21 @@ class ExportSettings(StrictSettings):
     the candidate of base_weights scoring best on the selection split, recorded in the run and card."""
     base_weights: list[Annotated[float, Field(ge=0.0, le=1.0)]] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     """The candidates export.base_weight auto chooses from."""
+    checkpoints: Literal["last", "all"] = "last"
+    """Whose weights export.base_weight auto mixes with the base: last, those training ended with; all, those
+    and every earlier checkpoint kept (one each train.save_steps, train.keep_checkpoints of them), each at
+    every candidate weight, so a schedule that trained past its best is cut back on the selection split."""
     selection: SelectionSettings = Field(default_factory=SelectionSettings)
     """The split export.base_weight auto chooses on."""
+
+    @model_validator(mode="after")
+    def _checkpoints_are_chosen_on_the_split(self):
+        if self.checkpoints == "all" and self.base_weight != "auto":
+            raise ValueError(
+                "checkpoints all is chosen among on the selection split: set base_weight auto "
+                "(candidates base_weights [0.0] keep the fine-tuned weights unmixed)"
+            )
+        return self
 
 
 class ContrastiveSettings(StrictSettings):
@@ -338,3 +351,12 @@ class ContrastiveSettings(StrictSettings):
     train: ContrastiveTrain = Field(default_factory=ContrastiveTrain)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     export: ExportSettings = Field(default_factory=ExportSettings)
+
+    @model_validator(mode="after")
+    def _checkpoints_hold_whole_weights(self):
+        if self.export.checkpoints == "all" and self.model.lora:
+            raise ValueError(
+                "export.checkpoints all reads every checkpoint's whole weights; a LoRA run's checkpoints hold "
+                "its adapters only: use export.checkpoints last with model.lora"
+            )
+        return self

@@ -37,7 +37,7 @@ from neoembed.contrastive.model import build_model
 from neoembed.contrastive.model_card import training_facts
 from neoembed.contrastive.result import ContrastiveResult
 from neoembed.contrastive.sampler import HomogeneousBatchSampler
-from neoembed.contrastive.selection import SelectionSplit, choose_base_weight, selection_split
+from neoembed.contrastive.selection import SelectionSplit, Tuned, choose_export, selection_split
 from neoembed.contrastive.settings import ContrastiveSettings
 from neoembed.contrastive.weight_ensemble import WeightMix
 from neoembed.recipes import RecipeError
@@ -48,6 +48,7 @@ from neoembed.training import (
     Prepared,
     TimeBudget,
     compile_for_training,
+    complete_checkpoints,
     configure_process,
     larger_batches,
     last_complete_checkpoint,
@@ -351,10 +352,11 @@ class ContrastiveJob:
             base = settings.model
             mix = WeightMix(model, base.base, base.pooling, base.max_length, base.trust_remote_code)
             if base_weight == "auto":
-                choice = choose_base_weight(
+                choice = choose_export(
                     mix,
                     trainer.selection,
                     settings.export.base_weights,
+                    mixable_weights(trainer, settings.export.checkpoints),
                     settings.data.prompts,
                     settings.eval.batch_size,
                     log=lambda point: log_line(trainer, {"selection": point}),
@@ -370,6 +372,7 @@ class ContrastiveJob:
             after or {},
             base_weight=base_weight,
             selection=choice.curve if choice else None,
+            exported_step=choice.step if choice else trainer.state.global_step,
         )
         if trainer.is_world_process_zero():
             export_path = Path(settings.export.path or output_dir / "neobert-embed")
@@ -385,6 +388,7 @@ class ContrastiveJob:
                 heldout,
             )
             facts.base_weight, facts.selection = result.base_weight, result.selection
+            facts.exported_step = result.exported_step
             named = prompts.named_prompts(settings.data.prompts, sources)
             facts.max_seq_length = model.max_seq_length = declared_max_seq_length(
                 model, settings.export.max_seq_length
@@ -394,3 +398,21 @@ class ContrastiveJob:
             result.write(output_dir / "summary.json")
             write_curves(output_dir)  # again: the final evaluation may have logged after training ended
         return result
+
+
+def mixable_weights(trainer, checkpoints: str) -> list[Tuned]:
+    """The weights export.base_weight auto may mix with the base: those training ended with, and with
+    export.checkpoints all every earlier complete checkpoint the run kept, newest first."""
+    final = trainer.state.global_step
+    if checkpoints == "last":
+        return [(final, None)]
+
+    def reader(path: Path):
+        def read() -> dict:
+            trainer._load_from_checkpoint(str(path))  # how the Trainer itself restores one on resume
+            return trainer.model.state_dict()
+
+        return read
+
+    earlier = complete_checkpoints(Path(trainer.args.output_dir))
+    return [(final, None), *((step, reader(path)) for step, path in earlier if step < final)]

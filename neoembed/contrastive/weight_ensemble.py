@@ -18,9 +18,9 @@ from neoembed.errors import RunError
 
 
 class WeightMix:
-    """The fine-tuned weights of `model` and those of the base it was trained from (reloaded from `base` as
-    `build_model` loads it), set on `model` mixed at any base weight: (1 - w) x fine-tuned + w x base. LoRA
-    adapters are merged into the weights first."""
+    """The fine-tuned weights of `model` (or of a checkpoint, `retune`) and those of the base it was trained
+    from (reloaded from `base` as `build_model` loads it), set on `model` mixed at any base weight: (1 - w) x
+    fine-tuned + w x base. LoRA adapters are merged into the weights first."""
 
     def __init__(self, model, base: str, pooling: str, max_length: int, trust_remote_code: bool) -> None:
         if has_adapters(model):
@@ -36,6 +36,10 @@ class WeightMix:
                 f"export.base_weight: the fine-tuned model and its base {base!r} differ in {mismatched[:3]}; "
                 "their weights cannot be averaged"
             )
+        self.retune(state)
+
+    def retune(self, state: dict[str, torch.Tensor]) -> None:
+        """Mix `state` (another checkpoint of the same run, by `model.state_dict()`'s names) from now on."""
         self.tuned = {k: v.detach().clone() for k, v in state.items() if v.is_floating_point()}
 
     def apply(self, base_weight: float) -> None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         logged_runtime as logged_runtime,
     )
     from .checkpoints import (
+        complete_checkpoints as complete_checkpoints,
         last_complete_checkpoint as last_complete_checkpoint,
         save_final as save_final,
         train_or_restore as train_or_restore,

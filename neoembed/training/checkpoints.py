@@ -8,27 +8,38 @@ from pathlib import Path
 
 
 def last_complete_checkpoint(output_dir: Path) -> str | None:
-    """The newest checkpoint the Trainer finished writing, removing any a kill left half-written.
+    """The newest checkpoint the Trainer finished writing (see `complete_checkpoints`)."""
+    checkpoints = complete_checkpoints(output_dir)
+    return str(checkpoints[0][1]) if checkpoints else None
+
+
+def complete_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """The checkpoints the Trainer finished writing, as (step, folder), newest first, removing any a kill left
+    half-written.
 
     The Trainer writes trainer_state.json last, so a checkpoint whose state file parses is complete;
     transformers' own `get_last_checkpoint` would pick a half-written newer folder and fail to resume.
     """
     if not output_dir.exists():
-        return None
+        return []
     checkpoints = sorted(
-        (p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-        key=lambda p: int(p.name.split("-")[-1]),
+        (
+            (int(p.name.split("-")[-1]), p)
+            for p in output_dir.glob("checkpoint-*")
+            if p.is_dir() and p.name.split("-")[-1].isdigit()
+        ),
         reverse=True,
     )
-    for checkpoint in checkpoints:
+    complete = []
+    for step, checkpoint in checkpoints:
         try:
             json.loads((checkpoint / "trainer_state.json").read_text())
         except (OSError, ValueError):
             print(f"removing incomplete checkpoint {checkpoint} (the run was stopped while writing it)")
             shutil.rmtree(checkpoint)
             continue
-        return str(checkpoint)
-    return None
+        complete.append((step, checkpoint))
+    return complete
 
 
 def train_or_restore(trainer, checkpoint: str | None) -> None:
