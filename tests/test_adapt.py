@@ -177,6 +177,22 @@ def test_adapt_exports_a_model_and_resumes(tmp_path, encoder):
     assert "holds pairs made from another corpus or other settings" in other.output
 
 
+def test_a_finished_adapt_rerun_with_every_checkpoint_chooses_among_them(tmp_path, encoder):
+    """`--export.checkpoints all` on a finished run (an export change, so it resumes without training):
+    checkpoints 2 and 4 each scanned over the base weights, the pick recorded and said."""
+    corpus, out = write(tmp_path / "docs.txt", documents(300)), tmp_path / "run"
+    every_two = ["--steps", "4", "--train.save_steps", "2", "--train.eval_steps", "2"]
+    assert CliRunner().invoke(app, adapt_args(corpus, out, encoder, *every_two)).exit_code == 0
+    result = CliRunner().invoke(
+        app, adapt_args(corpus, out, encoder, *every_two, "--export.checkpoints", "all")
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "train" / "summary.json").read_text())
+    assert summary["steps"] == 4 and {point["step"] for point in summary["selection"]} == {4, 2}
+    said = "steps: 4; exported step 2's weights" if summary["exported_step"] == 2 else "steps: 4; base"
+    assert said in result.output
+
+
 def test_no_pair_carries_an_evaluation_query(tmp_path, encoder):
     """A pseudo query the documents happen to yield that equals an evaluation's query (here every two-word
     `terms` query the vocabulary can make) leaves training and the selection split alike."""
