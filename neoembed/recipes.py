@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     PlainSerializer,
     ValidationError,
+    model_validator,
 )
 from pydantic_core import ErrorDetails
 
@@ -49,6 +50,16 @@ def split_commas(value: Any) -> Any:
     return [part.strip() for item in value for part in str(item).split(",") if part.strip()]
 
 
+def _is_sequence(annotation: Any) -> bool:
+    """Whether a field holds a list of any length (`list[X]`, `tuple[X, ...]`, optional or annotated)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return _is_sequence(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return all(_is_sequence(arg) for arg in args if arg is not type(None))  # not `str | list[str]`
+    return origin is list or (origin is tuple and args[1:] == (Ellipsis,))
+
+
 Sequence_ = TypeVar("Sequence_")
 
 # A sequence field that the command line writes as one comma-separated value (`--dtypes fp32,bf16`):
@@ -65,6 +76,23 @@ class StrictSettings(BaseModel):
     docstring is its description (the help of the CLI option bound to it)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_value_lists(cls, data: Any) -> Any:
+        """A list field given one value, as `--corpus.eval_texts queries.txt` or `--pairs.methods lead,terms`
+        override it, is the list of that value or of its comma-separated parts (YAML's `[a, b]` still works)."""
+        if not isinstance(data, dict):
+            return data
+        lifted = {
+            name: split_commas(value) if isinstance(value, str) else [value]
+            for name, value in data.items()
+            if name in cls.model_fields
+            and isinstance(value, str | int | float)
+            and not isinstance(value, bool)
+            and _is_sequence(cls.model_fields[name].annotation)
+        }
+        return {**data, **lifted} if lifted else data
 
     @classmethod
     def of(cls: type[Settings], settings: Settings | None = None, /, **fields: Any) -> Settings:

@@ -268,6 +268,34 @@ def test_comma_separated_bench_options_parse_into_their_settings():
     assert EncodeBench().model_dump(mode="json")["configs"] == "tiny,full"  # what --help shows as the default
 
 
+def test_a_recipe_list_field_takes_one_value_or_several_as_typed():
+    from neoembed.adapt.settings import AdaptSettings
+    from neoembed.packaged import resolve_recipe
+    from neoembed.recipes import RecipeError, load_recipe, parse_overrides
+
+    typed = [
+        "--corpus.eval_texts",
+        "queries.txt",
+        "--pairs.methods",
+        "lead,terms",
+        "--export.base_weights",
+        "0.3",
+    ]
+    settings = load_recipe(resolve_recipe("adapt-cpu"), AdaptSettings, parse_overrides(typed))
+    assert settings.corpus.eval_texts == ["queries.txt"] and settings.pairs.methods == ["lead", "terms"]
+    assert settings.export.base_weights == [0.3]
+    flow = load_recipe(
+        resolve_recipe("adapt-cpu"), AdaptSettings, parse_overrides(["--pairs.methods", "[crop, lead]"])
+    )
+    assert flow.pairs.methods == ["crop", "lead"]
+    with pytest.raises(
+        RecipeError, match="pairs.methods.1 must be one of 'crop', 'lead' or 'terms', got 'bogus'"
+    ):
+        load_recipe(
+            resolve_recipe("adapt-cpu"), AdaptSettings, parse_overrides(["--pairs.methods", "lead,bogus"])
+        )
+
+
 @pytest.mark.faults
 def test_a_missing_local_data_directory_is_refused_before_any_hub_access(tmp_path):
     result = runner.invoke(

@@ -156,7 +156,8 @@ class RecipeCommand(TyperCommand):
                 source = f"the settings' defaults (recipe {recipe}: {err.message})"
         console = Console()
         console.print(
-            f" Recipe fields: override any with --section.field value. Values from {source}.",
+            " Recipe fields: override any with --section.field value (a list: one value, a,b or [a, b])."
+            f" Values from {source}.",
             markup=False,
         )
         for section, rows in field_help(binding.settings_cls, values).items():
