@@ -50,13 +50,13 @@ def split_commas(value: Any) -> Any:
     return [part.strip() for item in value for part in str(item).split(",") if part.strip()]
 
 
-def _is_sequence(annotation: Any) -> bool:
+def is_sequence(annotation: Any) -> bool:
     """Whether a field holds a list of any length (`list[X]`, `tuple[X, ...]`, optional or annotated)."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Annotated:
-        return _is_sequence(args[0])
+        return is_sequence(args[0])
     if origin in (typing.Union, types.UnionType):
-        return all(_is_sequence(arg) for arg in args if arg is not type(None))  # not `str | list[str]`
+        return all(is_sequence(arg) for arg in args if arg is not type(None))  # not `str | list[str]`
     return origin is list or (origin is tuple and args[1:] == (Ellipsis,))
 
 
@@ -90,7 +90,7 @@ class StrictSettings(BaseModel):
             if name in cls.model_fields
             and isinstance(value, str | int | float)
             and not isinstance(value, bool)
-            and _is_sequence(cls.model_fields[name].annotation)
+            and is_sequence(cls.model_fields[name].annotation)
         }
         return {**data, **lifted} if lifted else data
 

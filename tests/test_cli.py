@@ -273,27 +273,19 @@ def test_a_recipe_list_field_takes_one_value_or_several_as_typed():
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import RecipeError, load_recipe, parse_overrides
 
-    typed = [
-        "--corpus.eval_texts",
-        "queries.txt",
-        "--pairs.methods",
-        "lead,terms",
-        "--export.base_weights",
-        "0.3",
-    ]
-    settings = load_recipe(resolve_recipe("adapt-cpu"), AdaptSettings, parse_overrides(typed))
+    def typed(*args: str) -> AdaptSettings:
+        return load_recipe(resolve_recipe("adapt-cpu"), AdaptSettings, parse_overrides(list(args)))
+
+    settings = typed(
+        "--corpus.eval_texts", "queries.txt", "--pairs.methods", "lead,terms", "--export.base_weights", "0.3"
+    )
     assert settings.corpus.eval_texts == ["queries.txt"] and settings.pairs.methods == ["lead", "terms"]
     assert settings.export.base_weights == [0.3]
-    flow = load_recipe(
-        resolve_recipe("adapt-cpu"), AdaptSettings, parse_overrides(["--pairs.methods", "[crop, lead]"])
-    )
-    assert flow.pairs.methods == ["crop", "lead"]
+    assert typed("--pairs.methods", "[crop, lead]").pairs.methods == ["crop", "lead"]
     with pytest.raises(
         RecipeError, match="pairs.methods.1 must be one of 'crop', 'lead' or 'terms', got 'bogus'"
     ):
-        load_recipe(
-            resolve_recipe("adapt-cpu"), AdaptSettings, parse_overrides(["--pairs.methods", "lead,bogus"])
-        )
+        typed("--pairs.methods", "lead,bogus")
 
 
 @pytest.mark.faults

@@ -34,6 +34,7 @@ from neoembed.recipes import (
     apply_overrides,
     describe_validation_error,
     field_path,
+    is_sequence,
     load_recipe,
     parse_overrides,
 )
@@ -245,8 +246,8 @@ def _cli_type(annotation) -> Any:
         annotation = typing.get_args(annotation)[0]
     if annotation in _SIMPLE_TYPES:
         return annotation
-    origin, items = typing.get_origin(annotation), typing.get_args(annotation)
-    repeatable = (origin is list and len(items) == 1) or (origin is tuple and items[1:] == (Ellipsis,))
+    items = typing.get_args(annotation)
+    repeatable = is_sequence(annotation)
     return list[items[0]] if repeatable and items[0] in _SIMPLE_TYPES else str  # type: ignore[valid-type]
 
 
