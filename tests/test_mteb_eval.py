@@ -184,6 +184,26 @@ def test_scoring_settings_name_the_cache_entry_but_batch_size_does_not():
         assert resolve_model("minilm", changed).meta.experiment_name != base.meta.experiment_name
 
 
+def test_models_in_same_named_directories_are_labelled_by_their_runs(tmp_path):
+    """`-m runs/pk-50/model -m runs/pk-200/model` must not read as `model` and `model#2` in the summary."""
+    from neoembed.evaluation.models import EvalSettings
+    from neoembed.evaluation.runner import resolve_models
+
+    for run in ("pk-50", "pk-200", "old/pk-50"):
+        (tmp_path / "runs" / run / "model").mkdir(parents=True)
+        (tmp_path / "runs" / run / "model" / "config.json").write_text("{}")
+    names = [str(tmp_path / "runs" / run / "model") for run in ("pk-50", "pk-200", "old/pk-50", "pk-50")]
+    labels = [spec.label for spec in resolve_models(["minilm", "bm25", *names], EvalSettings())]
+    assert labels == [
+        "all-MiniLM-L6-v2",
+        "bm25",
+        "runs/pk-50/model",
+        "pk-200/model",
+        "old/pk-50/model",
+        "runs/pk-50/model#2",
+    ]
+
+
 def test_local_dataset_copy_runs_a_real_mteb_task(tmp_path):
     """--datasets-dir: the real STS12 task class evaluates from a local copy of its dataset repository."""
     from neoembed.evaluation.models import EvalSettings

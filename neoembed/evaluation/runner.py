@@ -62,16 +62,41 @@ class RunReport:
 
 
 def resolve_models(names: Sequence[str], settings: EvalSettings) -> list[ModelSpec]:
-    """Resolve every model name before any work, with unique summary labels."""
-    specs, seen = [], set()
-    for name in names:
-        spec = resolve_model(name, settings)
-        label, n = spec.label, 2
-        while label in seen:
-            label, n = f"{spec.label}#{n}", n + 1
-        seen.add(label)
-        specs.append(ModelSpec(label, spec.kind, spec.source, spec.meta))
-    return specs
+    """Resolve every model name before any work, with summary labels that tell the models apart."""
+    specs = [resolve_model(name, settings) for name in names]
+    return [ModelSpec(label, s.kind, s.source, s.meta) for label, s in zip(distinct_labels(specs), specs)]
+
+
+def distinct_labels(specs: Sequence[ModelSpec]) -> list[str]:
+    """Each model's summary label. Directories labelled by a name they share (runs/a/model, runs/b/model)
+    gain as many parent folders as tell them apart (a/model, b/model); a model named twice gets #2, #3."""
+    labels = []
+    for spec in specs:
+        rivals = {_labelled_dir(other) for other in specs if other.label == spec.label} - {None}
+        path = _labelled_dir(spec)
+        labels.append(spec.label if path is None else _shortest_distinct_tail(path, rivals))
+    seen: set[str] = set()
+    for i, label in enumerate(labels):
+        unique, n = label, 2
+        while unique in seen:
+            unique, n = f"{label}#{n}", n + 1
+        seen.add(unique)
+        labels[i] = unique
+    return labels
+
+
+def _labelled_dir(spec: ModelSpec) -> Path | None:
+    """The model's directory, where its label is that directory's name."""
+    path = Path(spec.source).resolve() if spec.source else None
+    return path if path is not None and path.is_dir() and path.name == spec.label else None
+
+
+def _shortest_distinct_tail(path: Path, rivals: set[Path]) -> str:
+    others = [other.parts for other in rivals if other != path]
+    for k in range(1, len(path.parts) + 1):
+        if all(other[-k:] != path.parts[-k:] for other in others):
+            return "/".join(path.parts[-k:])
+    return str(path)
 
 
 def cached_result(cache: ResultCache, spec: ModelSpec, task_name: str) -> TaskResult | None:
