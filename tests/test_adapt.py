@@ -334,6 +334,28 @@ def test_notes_in_a_jsonl_field_of_their_own_run_to_the_end(tmp_path, encoder):
     assert not trained & evaluated
 
 
+def test_no_cluster_source_is_smaller_than_two_batches():
+    """A pool of small clusters holding one batch of rows but not two joins the smallest cluster: on
+    package descriptions such a 67-row pool held 56 distinct texts, and training stopped at step 21 on
+    "cannot fill a batch of 64 rows whose texts are all distinct"."""
+    import numpy as np
+
+    from neoembed.adapt.clusters import MIN_BATCHES, cluster_sources
+
+    batch = 8
+
+    def split(sizes: list[int]) -> dict[str, int]:
+        clusters = np.repeat(np.arange(len(sizes)), sizes)  # document i's cluster
+        sources = cluster_sources({"crop": list(range(len(clusters)))}, clusters, batch)
+        assert sorted(row for _, rows in sources.values() for row in rows) == list(range(len(clusters)))
+        return {name: len(rows) for name, (_, rows) in sources.items()}
+
+    assert split([20, 18, 5, 6]) == {"crop.00": 20, "crop.01": 18 + 11}  # a pool of 11: 1 batch, not 2
+    assert split([20, 18, 9, 9]) == {"crop.00": 20, "crop.01": 18, "crop.mixed": 18}
+    assert split([5, 6]) == {"crop.mixed": 11}  # no cluster of its own: the method's pairs, unsplit
+    assert all(rows >= MIN_BATCHES * batch for rows in split([30, 17, 3, 7, 12]).values())
+
+
 def test_clustered_pairs_are_a_source_per_method_and_topic_cluster_of_the_documents(tmp_path, encoder):
     """pairs.clusters: the documents clustered once, each method's pairs split by their document's cluster,
     so a document's pairs are in the same cluster whatever the method; a method's prompts reach its splits."""

@@ -50,7 +50,9 @@ def cluster_sources(
     """Source name -> (method, positions in the method's pairs): each method's pairs split by the cluster of
     the document each was made from (`documents`: method -> each pair's document), a source `method.NN` per
     cluster. Clusters whose pairs fill fewer than MIN_BATCHES batches are pooled into `method.mixed`; a pool
-    too small to fill one batch joins the method's smallest cluster."""
+    too small for MIN_BATCHES batches itself joins the method's smallest cluster. No source is smaller than
+    that: one batch's worth of rows may not hold one batch of distinct texts (a corpus's boilerplate repeats),
+    and the trainer's sampler stops on a source that cannot fill a batch."""
     sources: dict[str, tuple[str, list[int]]] = {}
     for method, made_from in documents.items():
         by_cluster: dict[int, list[int]] = {}
@@ -58,7 +60,7 @@ def cluster_sources(
             by_cluster.setdefault(int(clusters[document]), []).append(position)
         own = {c: rows for c, rows in sorted(by_cluster.items()) if len(rows) >= MIN_BATCHES * batch_size}
         pooled = [row for c, rows in sorted(by_cluster.items()) if c not in own for row in rows]
-        if own and 0 < len(pooled) < batch_size:
+        if own and 0 < len(pooled) < MIN_BATCHES * batch_size:
             smallest = min(own, key=lambda c: len(own[c]))
             own[smallest] = sorted(own[smallest] + pooled)
             pooled = []
