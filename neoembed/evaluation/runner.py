@@ -72,7 +72,7 @@ def distinct_labels(specs: Sequence[ModelSpec]) -> list[str]:
     gain as many parent folders as tell them apart (a/model, b/model); a model named twice gets #2, #3."""
     labels = []
     for spec in specs:
-        rivals = {_labelled_dir(other) for other in specs if other.label == spec.label} - {None}
+        rivals = {d for other in specs if other.label == spec.label and (d := _labelled_dir(other))}
         path = _labelled_dir(spec)
         labels.append(spec.label if path is None else _shortest_distinct_tail(path, rivals))
     seen: set[str] = set()
