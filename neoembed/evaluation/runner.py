@@ -70,10 +70,10 @@ def resolve_models(names: Sequence[str], settings: EvalSettings) -> list[ModelSp
 def distinct_labels(specs: Sequence[ModelSpec]) -> list[str]:
     """Each model's summary label. Directories labelled by a name they share (runs/a/model, runs/b/model)
     gain as many parent folders as tell them apart (a/model, b/model); a model named twice gets #2, #3."""
+    dirs = [_labelled_dir(spec) for spec in specs]  # one filesystem look per model, not one per pair
     labels = []
-    for spec in specs:
-        rivals = {d for other in specs if other.label == spec.label and (d := _labelled_dir(other))}
-        path = _labelled_dir(spec)
+    for spec, path in zip(specs, dirs, strict=True):
+        rivals = {d for other, d in zip(specs, dirs, strict=True) if other.label == spec.label and d}
         labels.append(spec.label if path is None else _shortest_distinct_tail(path, rivals))
     seen: set[str] = set()
     for i, label in enumerate(labels):
