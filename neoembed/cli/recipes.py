@@ -30,7 +30,6 @@ RECIPE_VERBS: dict[str, type[BaseModel]] = {
 app = typer.Typer(
     help="The packaged recipes: alone, list them; `show NAME` prints one, `diff A B` compares two."
 )
-console = Console()
 
 
 @app.callback(invoke_without_command=True)
@@ -44,6 +43,7 @@ def recipes(ctx: typer.Context) -> None:
     for name in recipe_names():
         path = resolve_recipe(name)
         table.add_row(name, recipe_verb(path) or "?", Text(recipe_summary(path)))
+    console = Console()  # made per call, not at import: its width is the terminal's (or COLUMNS) now
     console.print(table)
     console.print(
         "neoembed recipes show NAME prints one; neoembed VERB --recipe NAME --help lists its fields."
@@ -82,7 +82,7 @@ def diff(
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
+    Console().print(table)
 
 
 def recipe_verb(path: Path) -> str | None:
