@@ -11,8 +11,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# The suite runs in `pytest -n auto` workers (pyproject.toml's addopts): the cores are shared among them, so
-# that each worker's torch threads do not contend with another's.
+# The suite runs in pytest-xdist workers (`-n logical` in pyproject.toml's addopts): the cores are shared among
+# them, so that each worker's torch threads do not contend with another's.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
