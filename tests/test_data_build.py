@@ -143,7 +143,10 @@ def test_maps_real_source_shapes_and_counts_every_drop(config):
     assert qqp["positive"] == "What is the fastest way to learn Python?"
     assert qqp["negatives"] == ["How do I learn Java?", "Is Python slow?"]
     assert stats["sources"]["qqp"]["dropped"]["malformed"] == 1
-    assert stats["sources"]["qqp"]["malformed_example"] == {"row": 1, "error": "set.pos[0]: no element [0]"}
+    assert stats["sources"]["qqp"]["malformed_example"] == {
+        "where": "row 1",
+        "error": "set.pos[0]: no element [0]",
+    }
 
     assert [r["query"] for r in read_source(config.out, "sts")] == ["A plane is taking off."]
     assert stats["sources"]["sts"]["dropped"]["low_score"] == 1

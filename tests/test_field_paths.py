@@ -36,6 +36,7 @@ NOT_FIELDS = {
     "model.save",
     "model.max_seq_length",
     "eval.kind",
+    "corpus.jsonl",  # a BEIR folder's file (data.retrieval_sets)
 }
 
 

@@ -14,6 +14,7 @@ from neoembed.data import BuildConfig, RescoreConfig, build, load_manifests
 @options_from(
     BuildConfig,
     flags=[
+        Flag("pairs", ("--from",)),
         Flag("mining.dtype", ("--teacher-dtype",)),
         *(
             Flag(f"mining.rescore.{name}", (f"--rescore-{name.replace('_', '-')}",))
@@ -22,8 +23,10 @@ from neoembed.data import BuildConfig, RescoreConfig, build, load_manifests
     ],
     exclude=("mining.chunk_rows",),
     # The command line builds the embedded WordNet set at a CPU-friendly size unless told otherwise; the
-    # library's defaults (every manifest, every row) suit callers that pass their own manifests.
+    # library's defaults (every manifest, every row) suit callers that pass their own manifests, and your
+    # own pairs (--from), which are read whole.
     cli_defaults={"sources": ["wordnet"], "max_rows": 10000},
+    cli_defaults_yield_to="pairs",
 )
 def build_data(
     settings: BuildConfig,
@@ -52,6 +55,8 @@ def build_data(
             f"({out}/build.jsonl)"
         )
         return
+    for line in result.sources:
+        typer.echo(line)
     typer.echo(
         f"wrote {result.rows_out} rows from {result.rows_read} read "
         f"({result.negatives_per_row} negatives/row) to {out}; see {out}/stats.md"

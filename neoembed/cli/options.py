@@ -79,11 +79,13 @@ def options_from(
     flags: typing.Sequence[Flag] = (),
     exclude: typing.Collection[str] = (),
     cli_defaults: dict[str, Any] | None = None,
+    cli_defaults_yield_to: str | None = None,
 ):
     """Give the command one option per leaf field of `settings_cls` (minus `exclude`, dotted paths).
 
     `flags` renames options or adds short names and environment variables; `cli_defaults` sets a default
-    that the command line uses where the library's differs (shown in the help, validated like any value)."""
+    that the command line uses where the library's differs (shown in the help, validated like any value),
+    except where the field `cli_defaults_yield_to` is given: then the options left unset keep the library's."""
     custom = {flag.field: flag for flag in flags}
     bound = [custom.get(path, Flag(path)) for path in _leaf_fields(settings_cls) if path not in exclude]
     _check_unique(bound)
@@ -97,10 +99,20 @@ def options_from(
 
         def build(values: dict[str, Any]) -> BaseModel:
             given = {f.field: values.pop(f.python_name) for f in bound}
+            context = values.pop("ctx", None)
+            if cli_defaults_yield_to is not None and given.get(cli_defaults_yield_to):
+                for flag in bound:
+                    source = context.get_parameter_source(flag.python_name)
+                    if flag.field in cli_defaults and source is not None and source.name == "DEFAULT":
+                        given[flag.field] = None
             # An option left at None leaves the field to the settings' own default.
             given = {path: value for path, value in given.items() if value is not None}
             return validate_options(settings_cls, apply_overrides({}, given), bound)
 
+        if cli_defaults_yield_to is not None:  # which options the command line set: the context knows
+            options.insert(
+                0, inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+            )
         return _wrap(command, options, build)
 
     return decorate

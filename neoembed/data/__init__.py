@@ -44,12 +44,20 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
         load_descriptions as load_descriptions,
         packages_retrieval as packages_retrieval,
     )
+    from .pairs_file import (
+        ColumnMap as ColumnMap,
+        PairsFileError as PairsFileError,
+        is_pairs_path as is_pairs_path,
+        open_pairs as open_pairs,
+        set_name as set_name,
+    )
     from .records import (
         RecordsError as RecordsError,
         load_records as load_records,
     )
     from .relations import Keys as Keys
     from .rescore import RescoreConfig as RescoreConfig
+    from .retrieval_sets import RetrievalSet as RetrievalSet, read_test_set as read_test_set
     from .shards import (
         Share as Share,
         resolve_share as resolve_share,

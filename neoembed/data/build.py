@@ -29,13 +29,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from tqdm import tqdm
 
 from neoembed.data.leakage import GuardedTexts, leak_guard
-from neoembed.data.manifest import Manifest, StsRule, load_manifests
+from neoembed.data.manifest import Manifest, StsRule, file_manifest, load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
 from neoembed.data.normalize import text_key
+from neoembed.data.pairs_file import ColumnMap, PairsFileError, open_pairs
 from neoembed.data.prepare import (
     FORMAT_VERSION,
     StagedSource,
@@ -52,6 +53,7 @@ from neoembed.data.stats import (
     render_markdown,
     size_warnings,
     source_stats,
+    source_summary,
 )
 from neoembed.data.truncate import Truncator
 from neoembed.errors import InputError
@@ -98,6 +100,15 @@ class BuildConfig(StrictSettings):
 
     manifests: Path = Field(default_factory=manifests_dir)
     """Directory of source manifests (default: the packaged set)."""
+    pairs: tuple[Path, ...] = ()
+    """Your own pairs instead of manifests: .jsonl, .json, .csv, .tsv or .parquet files, folders of them, or
+    datasets save_to_disk folders; each is a source named after its file (repeatable)."""
+    columns: ColumnMap = Field(default_factory=dict)
+    """Your files' columns where they are not anchor/query, positive, negative(s): e.g.
+    query=question,positive=answer,negatives=wrong (negatives may repeat)."""
+    holdout: bool = True
+    """Keep one anchor in ten of your pairs out of training: the test split `neoembed mteb-eval -t FILE`
+    scores; --no-holdout trains on every row (your test set is elsewhere)."""
     out: Path | None = None
     """Output directory (parquet shards per source, stats.json/md); needed to build."""
     sources: tuple[str, ...] | None = None
@@ -149,6 +160,22 @@ class BuildConfig(StrictSettings):
             raise ValueError(f"no such directory: {path}")
         return path
 
+    @field_validator("pairs")
+    @classmethod
+    def _pairs_exist(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        missing = [path for path in paths if not path.exists()]
+        if missing:
+            raise ValueError(f"no such file or folder: {missing[0]}")
+        return paths
+
+    @model_validator(mode="after")
+    def _pairs_or_manifests(self):
+        if self.pairs and self.sources:
+            raise ValueError("sources name manifests; with pairs files (--from) the files are the sources")
+        if self.columns and not self.pairs:
+            raise ValueError("columns maps your pairs files' columns: give the files (--from)")
+        return self
+
     @field_validator("eval_texts")
     @classmethod
     def _files(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
@@ -197,7 +224,11 @@ class Build:
         self.config = config
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.manifests = load_manifests(config.manifests, list(config.sources) if config.sources else None)
+        self.manifests = (
+            pair_manifests(config.pairs, config.columns)
+            if config.pairs
+            else load_manifests(config.manifests, list(config.sources) if config.sources else None)
+        )
         self.log_path = self.out / "build.jsonl"
         self._miner: Miner | None = None
         self.guard = leak_guard(config.eval_texts, benchmark)
@@ -225,6 +256,7 @@ class Build:
                 self.config.sts_rule,
                 truncation,
                 self.config.both_directions,
+                manifest.kind == "file" and self.config.holdout,
             )
             started, cpu = time.perf_counter(), time.process_time()
             prepared = staged[name] = prepare_source(
@@ -237,7 +269,13 @@ class Build:
                 cap,
                 self.truncator,
                 self.config.both_directions,
+                self.config.holdout,
             )
+            if manifest.kind == "file" and not prepared["kept"]:
+                raise PairsFileError(
+                    f"{manifest.path}: no usable pair: {source_summary(prepared)}; fix the rows named",
+                    param=manifest.path,
+                )
             self.log(
                 "prepare",
                 source=name,
@@ -381,6 +419,8 @@ class Build:
                 "max_tokens": self.config.max_tokens or None,
                 "tokenizer": self.config.tokenizer if self.config.max_tokens else None,
                 "both_directions": self.config.both_directions,
+                "pairs": [str(p) for p in self.config.pairs],
+                "holdout": self.config.holdout if self.config.pairs else None,
             },
             sources=sources,
             total=build_totals(sources),
@@ -447,6 +487,7 @@ class BuildResult:
     negatives_per_row: float
     warnings: list[str]  # sizes off their manifests' expected rows, and the like
     mining: list[str]  # one line per mined source: what each rule removed
+    sources: list[str]  # one line per source: rows read, kept, dropped and why (`source_summary`)
     stats: BuildStats  # stats.json as written: per source, the config, the totals
 
     @classmethod
@@ -459,6 +500,7 @@ class BuildResult:
             total["negatives_per_row"],
             list(stats["warnings"]),
             mining_summary(stats),
+            [f"{name}: {source_summary(source)}" for name, source in stats["sources"].items()],
             stats,
         )
 
@@ -473,10 +515,41 @@ def build(
     share = resolve_share(config.shard)
     # Shares of one build run side by side, each under a lock of its own.
     lock = "build" if share.count == 1 else f"build-shard-{share.index}-of-{share.count}"
-    with one_writer(config.out, lock, param="--out"):
-        check_share_count(config.out, share)
-        stats = Build(config, benchmark).run(share, merge_only=merge_only)
+    created = first_missing(Path(config.out))
+    try:
+        with one_writer(config.out, lock, param="--out"):
+            check_share_count(config.out, share)
+            stats = Build(config, benchmark).run(share, merge_only=merge_only)
+    except PairsFileError:
+        # Your file could not be read: nothing of the build is left behind (it had no other work to keep).
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     return None if stats is None else BuildResult.of(config.out, stats)
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost of `path` and its parents that does not exist yet (what making `path` creates)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def pair_manifests(paths: tuple[Path, ...], columns: dict) -> dict[str, tuple[Manifest, str]]:
+    """Your pairs files as sources, by their names; two files of one name are refused."""
+    manifests: dict[str, tuple[Manifest, str]] = {}
+    for path in paths:
+        manifest, sha = file_manifest(open_pairs(path, columns))
+        if manifest.name in manifests:
+            raise InputError(
+                f"{path} and {manifests[manifest.name][0].path} are both source {manifest.name!r}: rename one",
+                param="--from",
+            )
+        manifests[manifest.name] = (manifest, sha)
+    return manifests
 
 
 class _RankBarrier:

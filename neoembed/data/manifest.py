@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from neoembed.data.mapping import FieldPath, PathError
+from neoembed.data.pairs_file import ColumnMap, PairsFile
 from neoembed.errors import InputError
 from neoembed.recipes import RecipeError, StrictSettings, describe_validation_error, read_yaml_mapping
 
@@ -115,9 +116,12 @@ PACKAGE_KINDS = ("wordnet", "manpages", "packages")  # read from Debian's mirror
 class Manifest(_Strict):
     name: str
     description: str
-    # rows, retrieval: a hub dataset; wordnet, manpages, packages: Debian's data read by neoembed (`PACKAGE_KINDS`)
-    kind: Literal["rows", "retrieval", "wordnet", "manpages", "packages"] = "rows"
+    # rows, retrieval: a hub dataset; wordnet, manpages, packages: Debian's data read by neoembed (`PACKAGE_KINDS`);
+    # file: your own pairs file, folder or saved dataset (`data.pairs_file`), its columns named by `columns`
+    kind: Literal["rows", "retrieval", "wordnet", "manpages", "packages", "file"] = "rows"
     dataset: str | None = None
+    path: str | None = None  # kind file: the file, folder or saved dataset
+    columns: ColumnMap = Field(default_factory=dict)  # kind file: role -> columns, where not the known names
     config: str | None = None
     split: str = "train"
     revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
@@ -128,7 +132,7 @@ class Manifest(_Strict):
     # the first `budget` rows in the source's streaming order, streaming, so a capped source never
     # downloads whole. None: the whole source.
     budget: int | None = Field(None, ge=1)
-    paper: str = Field(description="where the source comes from: 'release', 'paper' or 'embedded'")
+    paper: str = Field(description="where the source comes from: 'release', 'paper', 'embedded' or 'user'")
     note: str | None = None
     mapping: Mapping
     retrieval: Retrieval | None = None
@@ -139,12 +143,14 @@ class Manifest(_Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Manifest:
-        if self.kind not in PACKAGE_KINDS and not self.dataset:
+        if self.kind not in (*PACKAGE_KINDS, "file") and not self.dataset:
             raise ValueError(f"kind {self.kind!r} needs a dataset id")
+        if (self.kind == "file") != (self.path is not None):
+            raise ValueError("path (your pairs file) is for kind file, and kind file needs it")
         if (self.kind == "retrieval") != (self.retrieval is not None):
             raise ValueError("a 'retrieval' section is required for kind retrieval and only there")
-        if self.paper not in ("release", "paper", "embedded"):
-            raise ValueError(f"paper must be 'release', 'paper' or 'embedded', got {self.paper!r}")
+        if self.paper not in ("release", "paper", "embedded", "user"):
+            raise ValueError(f"paper must be 'release', 'paper', 'embedded' or 'user', got {self.paper!r}")
         return self
 
     def with_sts_rule(self, rule: StsRule) -> Manifest:
@@ -190,6 +196,29 @@ def load_manifests(directory: Path, names: list[str] | None = None) -> dict[str,
             raise ManifestError(f"unknown source(s) {unknown}; manifests in {directory}: {sorted(available)}")
         files = [available[n] for n in sorted(set(names))]
     return {f.stem: load_manifest(f) for f in files}
+
+
+def file_manifest(pairs: PairsFile) -> tuple[Manifest, str]:
+    """Your pairs file as a build source: its rows read as the roles `query`, `positive` and `negatives`
+    (`PairsFile.batches`), negatives mined where it has none, any text of at least one character kept; with
+    the digest of its bytes and column mapping, which a rebuild compares."""
+    manifest = Manifest(
+        name=pairs.name,
+        description=f"your pairs: {pairs.path}",
+        kind="file",
+        path=str(pairs.path),
+        columns=pairs.mapping,
+        licence="the file's own",
+        licence_source=f"whoever made {pairs.path}",
+        paper="user",
+        mapping=Mapping(
+            query="query",
+            positive="positive",
+            negatives=["negatives"] if "negatives" in pairs.mapping else [],
+        ),
+        options=Options(min_chars=1),
+    )
+    return manifest, hashlib.sha256(f"{manifest.model_dump_json()}|{pairs.digest}".encode()).hexdigest()
 
 
 def check_columns(manifest: Manifest, features: dict, where: str) -> None:

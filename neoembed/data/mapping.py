@@ -25,6 +25,10 @@ class RowError(InputError):
     """A row whose value at a path is missing or of the wrong type (the row is malformed, not the manifest)."""
 
 
+class MissingColumn(RowError):
+    """A row of your pairs file without a column the mapping reads (a JSON line without the key)."""
+
+
 @dataclass(frozen=True)
 class FieldPath:
     text: str

@@ -20,11 +20,13 @@ _MASK = (1 << 64) - 1
 # Drop reasons, in the order the filters run; stats list them in this order.
 REASONS = (
     "malformed",
+    "missing_column",  # your pairs file: a row without a mapped column
     "empty",
     "too_short",
     "too_long",
     "same_as_query",
     "low_score",
+    "held_out",  # your pairs file: the anchor is in the test split (`pairs_file.is_held_out`)
     "leakage",
     "duplicate",
 )

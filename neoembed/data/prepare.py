@@ -9,6 +9,7 @@ fingerprint chained over the sources before it, so a resumed build reuses finish
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -19,8 +20,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from neoembed.data.leakage import LeakGuard
-from neoembed.data.manifest import Manifest, check_columns
-from neoembed.data.mapping import FieldPath, RowError
+from neoembed.data.manifest import Manifest
+from neoembed.data.mapping import FieldPath, MissingColumn, RowError
 from neoembed.data.normalize import (
     KEY_VERSION,
     REASONS,
@@ -32,8 +33,9 @@ from neoembed.data.normalize import (
     pair_keys,
     text_key,
 )
+from neoembed.data.pairs_file import MISSING, Batch, is_held_out
 from neoembed.data.relations import relation_key
-from neoembed.data.sources import read_source
+from neoembed.data.sources import source_batches
 from neoembed.data.truncate import Truncator
 from neoembed.run_files import atomic_write, write_json
 
@@ -48,14 +50,14 @@ STAGING_SCHEMA = pa.schema(
         ("relations", pa.list_(pa.list_(pa.int64()))),  # per mapping.relations kind, the row's relation keys
     ]
 )
-BATCH_ROWS = 10_000
 TRUNCATED_FIELDS = ("query", "positive", "negatives")
+EXAMPLES_KEPT = 5  # rows named per drop reason, the first ones met
 # Bump when filtering, source order or the staging schema changes (a change of text_key bumps KEY_VERSION).
-FORMAT_VERSION = "6." + KEY_VERSION
+FORMAT_VERSION = "7." + KEY_VERSION
 
 
 class MalformedRow(TypedDict):
-    row: int  # the row's index in the source
+    where: str  # the row: `row N` of a dataset, `FILE line N` of your pairs file
     error: str  # why it could not be read
 
 
@@ -67,6 +69,7 @@ class StagedCounts(TypedDict):
     expected_rows: int | None  # the manifest's
     kept: int
     dropped: dict[str, int]  # reason (normalize.REASONS) -> rows
+    dropped_examples: dict[str, list[str]]  # reason -> where the first rows it dropped are (`EXAMPLES_KEPT`)
     rows_dropped_for_leakage: dict[str, int]  # guarded set -> rows (dropped["leakage"] in all)
     negatives_dropped_for_leakage: int
     truncated: dict[str, int]  # field (TRUNCATED_FIELDS) -> texts of kept rows cut to the token budget
@@ -98,18 +101,18 @@ def prepare_source(
     max_rows: int | None,
     truncator: Truncator | None = None,
     both_directions: bool = False,
+    holdout: bool = False,
 ) -> StagedSource:
     """Stage one source; adds its kept pair keys to `seen`; returns its stats (also written as the marker).
 
     `truncator` cuts long texts to a token budget before the filters; `both_directions` also writes each kept
-    row of a symmetric source reversed, (positive, query). The stages: resume a finished staging, read the
-    source, keep or drop each row (`RowFilter`, counting in a `Tally`), write the kept rows, record the counts."""
+    row of a symmetric source reversed, (positive, query); `holdout` keeps the test split of your pairs file
+    (`pairs_file.is_held_out`) out. The stages: resume a finished staging, read the source batch by batch,
+    keep or drop each row (`RowFilter`, counting in a `Tally`), write the kept rows, record the counts."""
     parquet_path, marker = staging_paths(out, manifest.name)
     if (staged := _staged_earlier(marker, parquet_path, fingerprint, seen, manifest.symmetric)) is not None:
         return staged
-    dataset, rows_available = read_source(manifest, local_root, max_rows)
-    check_columns(manifest, dataset.features, where=f"{manifest.dataset or manifest.kind} {manifest.split}")
-    total = len(dataset) if max_rows is None else min(len(dataset), max_rows)
+    batches, total, rows_available = source_batches(manifest, local_root, max_rows)
     options = manifest.options
     tally = Tally(list(guard.sets))
     keep = RowFilter(
@@ -118,6 +121,7 @@ def prepare_source(
         seen,
         truncator,
         manifest.symmetric,
+        holdout and manifest.kind == "file",
     )
     reverse = both_directions and manifest.symmetric
     paths = manifest.mapping.paths()
@@ -127,19 +131,22 @@ def prepare_source(
         pq.ParquetWriter(tmp, STAGING_SCHEMA, compression="zstd") as writer,
         tqdm(total=total, desc=f"prepare {manifest.name}", unit="row") as bar,
     ):
-        for start in range(0, total, BATCH_ROWS):
-            stop = min(start + BATCH_ROWS, total)
+        for batch in batches:
             rows: dict[str, list] = {name: [] for name in STAGING_SCHEMA.names}
-            for index, row in enumerate(_read_rows(dataset[start:stop], paths), start):
-                if (kept := keep(index, row, tally)) is not None:
-                    for n, values in enumerate(kept.written(manifest.name, reverse)):
-                        for name, value in zip(STAGING_SCHEMA.names, values, strict=True):
-                            rows[name].append(value)
-                        tally.count_written(values, reversed_row=n > 0)
+            for offset, row in enumerate(_read_rows(batch.columns, paths)):
+                kept = keep(row, tally)
+                if isinstance(kept, str):
+                    tally.drop(kept, batch, offset, row if isinstance(row, RowError) else None)
+                    continue
+                for n, values in enumerate(kept.written(manifest.name, reverse)):
+                    for name, value in zip(STAGING_SCHEMA.names, values, strict=True):
+                        rows[name].append(value)
+                    tally.count_written(values, reversed_row=n > 0)
             if rows["query"]:
-                writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
-            bar.update(stop - start)
-    stats = tally.staged(fingerprint, manifest, total, rows_available)
+                writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=len(rows["query"]))
+            tally.rows_read += len(batch)
+            bar.update(len(batch))
+    stats = tally.staged(fingerprint, manifest, rows_available)
     write_json(marker, stats)
     return stats
 
@@ -184,53 +191,58 @@ class KeptRow:
 
 @dataclass
 class Tally:
-    """Stage 1's running counts for one source: what was dropped and why, cut, reversed, and written."""
+    """Stage 1's running counts for one source: what was dropped, why and where first, cut, reversed, and
+    written. Its memory does not grow with the rows: lengths are counted per length."""
 
     guarded_sets: list[str]
+    rows_read: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    dropped_examples: dict[str, list[str]] = field(default_factory=dict)
     leaked_rows: dict[str, int] = field(init=False)
     leaked_negatives: int = 0
     malformed_example: MalformedRow | None = None
     truncated: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRUNCATED_FIELDS, 0))
     reversed_rows: int = 0
-    query_lengths: list[int] = field(default_factory=list)
-    positive_lengths: list[int] = field(default_factory=list)
-    negative_counts: list[int] = field(default_factory=list)
+    written: int = 0
+    negatives_written: int = 0
+    query_lengths: Counter[int] = field(default_factory=Counter)
+    positive_lengths: Counter[int] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.leaked_rows = dict.fromkeys(self.guarded_sets, 0)
 
-    def malformed(self, index: int, error: RowError) -> None:
-        self.dropped["malformed"] += 1
-        if self.malformed_example is None:
-            self.malformed_example = MalformedRow(row=index, error=str(error))
+    def drop(self, reason: str, batch: Batch, offset: int, error: RowError | None = None) -> None:
+        self.dropped[reason] += 1
+        examples = self.dropped_examples.setdefault(reason, [])
+        if len(examples) < EXAMPLES_KEPT:
+            examples.append(batch.where(offset))
+        if error is not None and self.malformed_example is None:
+            self.malformed_example = MalformedRow(where=batch.where(offset), error=str(error))
 
     def count_written(self, values: tuple, reversed_row: bool) -> None:
         first, second, negatives = values[:3]
-        self.query_lengths.append(len(first))
-        self.positive_lengths.append(len(second))
-        self.negative_counts.append(len(negatives))
+        self.query_lengths[len(first)] += 1
+        self.positive_lengths[len(second)] += 1
+        self.written += 1
+        self.negatives_written += len(negatives)
         self.reversed_rows += reversed_row
 
-    def staged(
-        self, fingerprint: str, manifest: Manifest, total: int, rows_available: int | None
-    ) -> StagedSource:
+    def staged(self, fingerprint: str, manifest: Manifest, rows_available: int | None) -> StagedSource:
         return StagedSource(
             fingerprint=fingerprint,
             source=manifest.name,
-            rows_read=total,
+            rows_read=self.rows_read,
             rows_available=rows_available,
             expected_rows=manifest.expected_rows,
-            kept=len(self.query_lengths),
+            kept=self.written,
             dropped=self.dropped,
+            dropped_examples=self.dropped_examples,
             rows_dropped_for_leakage=self.leaked_rows,
             negatives_dropped_for_leakage=self.leaked_negatives,
             truncated=self.truncated,
             reversed=self.reversed_rows,
             malformed_example=self.malformed_example,
-            given_negatives_per_row=round(float(np.mean(self.negative_counts)), 3)
-            if self.negative_counts
-            else 0.0,
+            given_negatives_per_row=round(self.negatives_written / self.written, 3) if self.written else 0.0,
             query_chars=_percentiles(self.query_lengths),
             positive_chars=_percentiles(self.positive_lengths),
         )
@@ -246,15 +258,20 @@ class RowFilter:
     seen: set[int]
     truncator: Truncator | None
     symmetric: bool
+    holdout: bool = False  # keep your pairs file's test split (`pairs_file.is_held_out`) out
 
-    def __call__(self, index: int, row, tally: Tally) -> KeptRow | None:
+    def __call__(self, row, tally: Tally) -> KeptRow | str:
+        """The row to write, or the reason it is dropped (`normalize.REASONS`)."""
         if isinstance(row, RowError):
-            tally.malformed(index, row)
-            return None
+            return "missing_column" if isinstance(row, MissingColumn) else "malformed"
         query, positive, score, relations, given = row
-        query, positive, whole_keys, cut = self._cut(clean(query or ""), clean(positive or ""))
+        query, positive = clean(query or ""), clean(positive or "")
+        anchor_key = text_key(query)  # the whole anchor's: the test split is chosen on it
+        query, positive, whole_keys, cut = self._cut(query, positive)
         query_key, positive_key = text_key(query), text_key(positive)
         reason = check(query, positive, query_key, positive_key, score, self.limits)
+        if reason is None and self.holdout and is_held_out(anchor_key):
+            reason = "held_out"
         if reason is None and (guarded := self.guard.match(query_key, positive_key, *whole_keys)) is not None:
             reason = "leakage"
             tally.leaked_rows[guarded] += 1
@@ -265,8 +282,7 @@ class RowFilter:
             reason = "duplicate" if any(p in self.seen for p in pairs) else None
             self.seen.update(pairs)
         if reason is not None:
-            tally.dropped[reason] += 1
-            return None
+            return reason
         negatives, leaked, cut_negatives = clean_negatives(
             given, query_key, positive_key, self.limits, self.guard.keys, self.truncator
         )
@@ -304,6 +320,8 @@ def _read_rows(batch: dict[str, list], paths: dict[str, FieldPath]):
 
         try:
             query, positive = value(query_path), value(positive_path)
+            if query is MISSING or positive is MISSING:
+                raise MissingColumn(f"no {query_path.column if query is MISSING else positive_path.column}")
             if not isinstance(query, str | None) or not isinstance(positive, str | None):
                 raise RowError("query and positive must be strings")
             score = _number(value(score_path))
@@ -318,7 +336,10 @@ def _read_rows(batch: dict[str, list], paths: dict[str, FieldPath]):
 
 
 def _flat(found) -> list:
-    """A path's value as a list: a path through `[*]` or onto a list column yields a list, others one value."""
+    """A path's value as a list: a path through `[*]` or onto a list column yields a list, others one value
+    (none for a column the row lacks)."""
+    if found is MISSING:
+        return []
     return found if isinstance(found, list) else [found]
 
 
@@ -331,8 +352,17 @@ def _number(value) -> float | None:
         raise RowError(f"score: not a number: {value!r}") from None
 
 
-def _percentiles(lengths: list[int]) -> dict[str, int]:
+def _percentiles(lengths: Counter[int]) -> dict[str, int]:
+    """The 5th, 50th, 95th and 99th percentiles of lengths counted per length, as numpy's default (linear)
+    method gives them on the lengths themselves."""
     if not lengths:
         return {}
-    values = np.percentile(np.asarray(lengths), [5, 50, 95, 99])
-    return {f"p{p}": int(v) for p, v in zip((5, 50, 95, 99), values, strict=True)}
+    values = np.array(sorted(lengths))
+    ends = np.cumsum([lengths[v] for v in values])  # sorted position just past each length's last copy
+    out = {}
+    for p in (5, 50, 95, 99):
+        position = (ends[-1] - 1) * p / 100
+        low, high = int(np.floor(position)), int(np.ceil(position))
+        at = values[np.searchsorted(ends, [low, high], side="right")]
+        out[f"p{p}"] = int(at[0] + (at[1] - at[0]) * (position - low))
+    return out

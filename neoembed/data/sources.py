@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
-from neoembed.data.manifest import Manifest, ManifestError, Subset
+from neoembed.data.manifest import Manifest, ManifestError, Subset, check_columns
+from neoembed.data.pairs_file import BATCH_ROWS, Batch, open_pairs
 from neoembed.errors import InputError
 
 
@@ -33,6 +35,48 @@ def open_source(manifest: Manifest, local_root: Path | None = None):
     if manifest.kind == "retrieval":
         return _retrieval(manifest, local)
     return _load(manifest, Subset(config=manifest.config, split=manifest.split), local)
+
+
+def source_batches(
+    manifest: Manifest, local_root: Path | None, limit: int | None
+) -> tuple[Iterator[Batch], int | None, int | None]:
+    """A build's reading of a source: its rows in batches (at most `limit` rows), how many that will be
+    (None where a stream does not say before it ends) and the size of the whole split (None where unknown).
+
+    Your pairs file streams from disk batch by batch, so its size never bounds memory; the other kinds are
+    read as a `datasets.Dataset` (`read_source`) and sliced."""
+    if manifest.kind == "file":
+        assert manifest.path is not None  # the manifest's validation: kind file has its path
+        pairs = open_pairs(manifest.path, manifest.columns)
+        return _first_rows(pairs.batches(BATCH_ROWS), limit), None, None
+    dataset, available = read_source(manifest, local_root, limit)
+    check_columns(manifest, dataset.features, where=f"{manifest.dataset or manifest.kind} {manifest.split}")
+    total = len(dataset) if limit is None else min(len(dataset), limit)
+    batches = (
+        Batch(
+            dataset[start : min(start + BATCH_ROWS, total)],
+            list(range(start, min(start + BATCH_ROWS, total))),
+            None,
+        )
+        for start in range(0, total, BATCH_ROWS)
+    )
+    return batches, total, available
+
+
+def _first_rows(batches: Iterator[Batch], limit: int | None) -> Iterator[Batch]:
+    """The batches up to `limit` rows in all, the last one cut."""
+    left = limit
+    for batch in batches:
+        if left is not None and len(batch) >= left:
+            yield Batch(
+                {name: values[:left] for name, values in batch.columns.items()},
+                batch.lines[:left],
+                batch.file,
+            )
+            return
+        yield batch
+        if left is not None:
+            left -= len(batch)
 
 
 def read_source(manifest: Manifest, local_root: Path | None, limit: int | None):

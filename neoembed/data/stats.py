@@ -78,6 +78,7 @@ def source_stats(manifest: Manifest, budgets: bool, staged: StagedCounts, parts:
         parts=len(parts),
         part_checksums={f"part-{i:05d}.parquet": p.get("xxh3") for i, p in enumerate(parts)},
         malformed_example=staged["malformed_example"],
+        dropped_examples=staged["dropped_examples"],
         negatives_per_row=round(sum(int(n) * c for n, c in histogram.items()) / rows, 3) if rows else 0.0,
         negatives_histogram=dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
         given_negatives_per_row=staged["given_negatives_per_row"],
@@ -219,7 +220,7 @@ def render_markdown(stats: Mapping[str, Any]) -> str:
     malformed = {n: s["malformed_example"] for n, s in sources.items() if s["malformed_example"]}
     if malformed:
         lines += ["", "## Malformed rows (first example per source)", ""]
-        lines += [f"- {n}: row {e['row']}: {e['error']}" for n, e in malformed.items()]
+        lines += [f"- {n}: {e['where']}: {e['error']}" for n, e in malformed.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -240,6 +241,36 @@ def size_warnings(sources: dict) -> list[str]:
                 f"(off by more than {SIZE_TOLERANCE:.0%}): another revision than the manifest describes?"
             )
     return warnings
+
+
+# How a drop reason reads in a sentence ("4 empty", "2 held out for testing").
+REASON_WORDS = {
+    "malformed": "malformed",
+    "missing_column": "missing a column",
+    "empty": "empty",
+    "too_short": "too short",
+    "too_long": "too long",
+    "same_as_query": "positive equal to the anchor",
+    "low_score": "scored too low",
+    "held_out": "held out for testing",
+    "leakage": "an evaluation text",
+    "duplicate": "duplicated",
+}
+
+
+def source_summary(counts: StagedCounts) -> str:
+    """`64 rows read, 54 kept, 10 dropped: 6 held out for testing (pairs.jsonl:3, :7, ...), 4 duplicates
+    (...)`: what stage 1 did with a source, the first rows each reason dropped named."""
+    parts = []
+    for reason in REASONS:
+        if n := counts["dropped"].get(reason, 0):
+            examples = counts.get("dropped_examples", {}).get(reason, [])
+            shown = ", ".join(examples[:3]) + (", ..." if n > 3 else "")
+            parts.append(f"{n:,} {REASON_WORDS[reason]}" + (f" ({shown})" if examples else ""))
+    dropped = sum(counts["dropped"].values())
+    return f"{counts['rows_read']:,} rows read, {counts['kept']:,} kept, {dropped:,} dropped" + (
+        f": {'; '.join(parts)}" if parts else ""
+    )
 
 
 def mining_summary(stats: Mapping[str, Any]) -> list[str]:
