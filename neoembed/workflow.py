@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neoembed.contrastive import ContrastiveSettings
+from neoembed.contrastive import BASE_TEACHER, ContrastiveSettings, HeldOutSet
+from neoembed.data import is_pairs_path, open_pairs
 from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe
 from neoembed.pretrain import PretrainSettings
@@ -118,26 +119,63 @@ def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> 
         why = f"no {default_pretrained()} here to fine-tune"
     other = MINILM_RECIPE if recipe.name == NEOBERT_RECIPE else NEOBERT_RECIPE
     data = Path(settings.data.path)
-    missing = not (data / "stats.json").is_file() and builds_its_data(settings)
-    return [
+    if is_pairs_path(data):
+        built = "built" if (pairs_build_dir(settings) / "stats.json").is_file() else "built first"
+        data_why = f"your pairs, {built} into {pairs_build_dir(settings)}; 1 anchor in 10 held out to test"
+    else:
+        data_why = (
+            "missing: built first"
+            if not (data / "stats.json").is_file() and builds_its_data(settings)
+            else ""
+        )
+    choices = [
         Choice("recipe", recipe.name, f"--recipe {other}, contrastive-neobert for the paper's", why),
         Choice("model", settings.model.base, "--model.base"),
-        Choice("data", str(data), "--data.path", "missing: built first" if missing else ""),
+        Choice("data", str(data), "--data.path", data_why),
         Choice("steps", str(settings.train.max_steps), "--steps"),
         Choice("output", str(export_path(settings)), "--export.path"),
     ]
+    if is_pairs_path(data) and (guard := forgetting_guard(settings)) is not None:
+        choices.append(guard)
+    return choices
 
 
-def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> None:
-    """Build the recipe's data where it is missing, as `data.build` says. Other missing data (no `data.build`,
-    or `--data.path` elsewhere than it builds) is left to the trainer, whose error names it after the run's
-    lock is taken."""
+def forgetting_guard(settings: ContrastiveSettings) -> Choice | None:
+    """What in the recipe holds the model near its base, and the setting that lets your pairs move it further:
+    said on the first line where the data is yours (the recipe's guard was chosen for other text)."""
+    loss = settings.loss
+    if loss.distill is not None and loss.distill.teacher == BASE_TEACHER:
+        what = f"distillation from the base model (weight {loss.distill.weight})"
+        release = "--loss.kind infonce to train on your pairs alone"
+    elif loss.base_pull:
+        what, release = f"a pull toward the base weights ({loss.base_pull})", "--loss.base_pull 0 releases it"
+    elif settings.export.base_weight != 0.0:
+        what, release = f"base weight {settings.export.base_weight} in the export", "--export.base_weight 0"
+    else:
+        return None
+    return Choice("guard", f"{what} keeps the model near its base", release, "against forgetting")
+
+
+def pairs_build_dir(settings: ContrastiveSettings) -> Path:
+    """Where `neoembed contrastive --data.path FILE` builds your pairs: under the run, one build per content of
+    the file and column mapping, so a re-run finds it and a changed file gets a build of its own."""
+    pairs = open_pairs(settings.data.path, settings.data.columns, option="--data.columns")
+    return Path(settings.train.output_dir) / "data" / f"{pairs.name}-{pairs.digest[:12]}"
+
+
+def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> ContrastiveSettings:
+    """The settings to train with, their data built: the recipe's where it is missing, as `data.build` says;
+    your pairs file (`--data.path FILE`) into `pairs_build_dir`, its held-out split scored first among the
+    held-out sets. Other missing data (no `data.build`, or `--data.path` elsewhere than it builds) is left to
+    the trainer, whose error names it after the run's lock is taken."""
     from neoembed.data import build
     from neoembed.evaluation import benchmark_texts
 
+    if is_pairs_path(settings.data.path):
+        return _with_your_pairs(settings, echo)
     out, config = Path(settings.data.path), settings.data.build
     if config is None or (out / "stats.json").is_file() or not builds_its_data(settings):
-        return
+        return settings
     if world_size() > 1:  # every rank would start the same build; one command builds it for all of them
         raise InputError(
             f"{out} is missing: build it before a multi-process launch, with {build_command(config)}",
@@ -147,6 +185,32 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> N
     result = build(config, benchmark=benchmark_texts(config.eval_benchmark, config.eval_benchmark_missing))
     assert result is not None  # a whole build (no --shard): its result
     echo(f"wrote {result.rows_out} rows from {result.rows_read} read to {out}")
+    return settings
+
+
+def _with_your_pairs(settings: ContrastiveSettings, echo: Callable[[str], None]) -> ContrastiveSettings:
+    """Your pairs file built (once per content) and trained on, its held-out split the first held-out set."""
+    from neoembed.data import BuildConfig, build
+
+    given, out = settings.data.path, pairs_build_dir(settings)
+    if not (out / "stats.json").is_file():
+        if world_size() > 1:
+            raise InputError(
+                f"{given} is not built yet: build it before a multi-process launch, with neoembed build-data "
+                f"--from {given} --out {out} --no-mine",
+                param="--data.path",
+            )
+        result = build(BuildConfig(out=out, pairs=(Path(given),), columns=settings.data.columns, mine=False))
+        assert result is not None  # a whole build (no --shard): its result
+        echo(f"built your pairs into {out}: {'; '.join(result.sources)}")
+    test_set = HeldOutSet(kind="files", path=given, columns=settings.data.columns)
+    others = [s for s in settings.eval.sets if s.label != test_set.label]
+    return settings.model_copy(
+        update={
+            "data": settings.data.model_copy(update={"path": str(out), "columns": {}, "build": None}),
+            "eval": settings.eval.model_copy(update={"sets": [test_set, *others]}),
+        }
+    )
 
 
 def build_command(config: BuildConfig) -> str:

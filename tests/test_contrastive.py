@@ -384,7 +384,7 @@ def test_a_recipe_with_the_replaced_eval_fields_is_told_what_to_write(tmp_path, 
     [
         ([{"kind": "foldoc", "queries": 301}], "foldoc holds out 300 queries and 1500 definitions"),
         ([{"kind": "records", "path": "p"}], "a records set needs path and source"),
-        ([{"kind": "wordnet", "source": "s"}], "path and source are for records sets, not wordnet"),
+        ([{"kind": "wordnet", "source": "s"}], "path and source are for records and files sets, not wordnet"),
         (
             ["wordnet", {"kind": "records", "path": "p", "source": "wordnet"}],
             "two held-out sets named 'wordnet'",

@@ -25,7 +25,7 @@ def contrastive(settings: ContrastiveSettings, recipe: RecipeChoice) -> None:
     from neoembed.workflow import ensure_data
 
     typer.echo(announce(contrastive_choices(settings, recipe)))
-    ensure_data(settings, typer.echo)
+    settings = ensure_data(settings, typer.echo)
     result = run_contrastive(settings)
     release_process_group()
     typer.echo(f"steps: {result.steps}")

@@ -89,7 +89,7 @@ def mteb_eval(settings: MtebEvalSettings) -> None:
         import torch
 
         torch.set_num_threads(settings.threads)
-    selected = select_tasks(settings.tasks, settings.benchmark, settings.task_types)
+    selected = select_tasks(settings.tasks, settings.benchmark, settings.task_types, settings.columns)
     datasets_dir, output = settings.datasets_dir, settings.output
     if datasets_dir is not None:
         if not datasets_dir.is_dir():

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     )
     from .selection import evaluated_texts as evaluated_texts, refuse_shared as refuse_shared
     from .settings import (
+        BASE_TEACHER as BASE_TEACHER,
         ContrastiveOptim as ContrastiveOptim,
         ContrastiveSettings as ContrastiveSettings,
         ContrastiveTrain as ContrastiveTrain,

@@ -16,7 +16,13 @@ from sentence_transformers.sentence_transformer.evaluation import (
 
 from neoembed.contrastive import prompts
 from neoembed.contrastive.settings import EvalSettings, HeldOutSet, PromptSettings
-from neoembed.data import foldoc_retrieval, jargon_retrieval, manpages_retrieval, packages_retrieval
+from neoembed.data import (
+    foldoc_retrieval,
+    jargon_retrieval,
+    manpages_retrieval,
+    packages_retrieval,
+    read_test_set,
+)
 from neoembed.evaluation import wordnet_example_retrieval
 
 RECALL_AT = [1, 10, 100]
@@ -57,16 +63,19 @@ def retrieval_set(spec: HeldOutSet) -> tuple[dict, dict, dict]:
         return packages_retrieval(**sizes)
     if spec.kind == "jargon":
         return jargon_retrieval(**sizes)
+    if spec.kind == "files":
+        assert spec.path is not None  # the validator requires a files set's path
+        return read_test_set(spec.path, spec.columns, option="eval.sets columns").as_tuple()
     assert spec.path is not None and spec.source is not None  # the validator requires both for records
     return records_retrieval(spec.path, spec.source, **sizes)
 
 
 def prompt_source(spec: HeldOutSet) -> str | None:
     """The source whose prompts a set's texts get: the WordNet build's source is `wordnet`; FOLDOC and the
-    Jargon File are no training source, so they get the default pair (the export's `query` / `document`
+    Jargon File are no training source, nor is your test set, so they get the default pair (the export's `query` / `document`
     prompts); a records set gets its `source`'s, and every other kind is read from the training source of its
     name."""
-    if spec.kind in ("foldoc", "jargon"):
+    if spec.kind in ("foldoc", "jargon", "files"):
         return None
     return spec.source if spec.kind == "records" else spec.kind
 
@@ -147,9 +156,13 @@ def describe_sets(settings: EvalSettings, evaluator: SequentialEvaluator | None)
     out = {}
     for spec in settings.sets:
         queries, corpus = sizes[metric_prefix(spec)]
-        kind = (
-            what.get(spec.kind) or f"query -> positive of the records in `{spec.path}`, source {spec.source}"
-        )
+        if spec.kind == "files":
+            kind = f"your test set `{spec.path}`"
+        else:
+            kind = (
+                what.get(spec.kind)
+                or f"query -> positive of the records in `{spec.path}`, source {spec.source}"
+            )
         out[spec.label] = f"{kind} ({queries:,} queries, {corpus:,} documents)"
     return out
 

@@ -8,7 +8,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from neoembed.contrastive.losses import check_kind
-from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES, HELDOUT_TERMS, BuildConfig
+from neoembed.data import HELDOUT_CORPUS, HELDOUT_QUERIES, HELDOUT_TERMS, BuildConfig, ColumnMap, set_name
 from neoembed.recipes import StrictSettings
 from neoembed.training import OptimSettings, TrainSettings
 
@@ -24,7 +24,12 @@ class PromptSettings(StrictSettings):
 
 class DataSettings(StrictSettings):
     path: str
-    """A finished `neoembed build-data` output directory."""
+    """A finished `neoembed build-data` output directory, or your own pairs: a .jsonl, .json, .csv, .tsv or
+    .parquet file, a folder of them, or a datasets save_to_disk folder (built under train.output_dir first,
+    one anchor in ten held out as its test split)."""
+    columns: ColumnMap = Field(default_factory=dict)
+    """Your pairs' columns where they are not anchor/query, positive, negative(s): e.g.
+    query=question,positive=answer."""
     build: BuildConfig | None = None
     """How `neoembed contrastive` builds data.path where it is missing: `neoembed build-data` fields (out, the
     recipe's data.path; sources, max_rows, mine, ...); None, or a data.path other than its out: a missing build
@@ -199,14 +204,16 @@ class HeldOutSet(StrictSettings):
     """A held-out retrieval set scored before, during and after training (nDCG@10, recall@k). A bare name,
     `wordnet` or `foldoc`, stands for `{kind: name}`."""
 
-    kind: Literal["wordnet", "foldoc", "records", "manpages", "packages", "jargon"]
-    """wordnet: held-out example sentence -> definition; foldoc: FOLDOC computing term -> definition, a source
+    kind: Literal["wordnet", "foldoc", "records", "manpages", "packages", "jargon", "files"]
+    """files: your test set at `path`, a BEIR folder or the held-out split of a pairs file; wordnet: held-out
+    example sentence -> definition; foldoc: FOLDOC computing term -> definition, a source
     no training build reads; records: a held-out build's query -> positive; manpages: a manual page's summary
     -> its description; packages: a Debian package's synopsis -> its description (manpages and packages are
     training sources too: score one only where the run does not train on it); jargon: a Jargon File term ->
     its definition, a source no training build reads."""
-    path: str | None = None  # records: a build-data output holding held-out records
+    path: str | None = None  # records: a build-data output holding held-out records; files: your test set
     source: str | None = None  # records: which source of it
+    columns: ColumnMap = Field(default_factory=dict)  # files: a pairs file's columns, as data.columns
     name: str | None = None  # in metric names and reports; None: the kind (records: the source)
     queries: int | None = Field(
         default=None, gt=0
@@ -218,14 +225,21 @@ class HeldOutSet(StrictSettings):
     @model_validator(mode="before")
     @classmethod
     def _bare_name(cls, value):
-        return {"kind": value} if isinstance(value, str) else value
+        """A bare kind stands for `{kind: name}`; any other bare string is the path of your test set."""
+        if isinstance(value, str):
+            return {"kind": value} if value in BARE_KINDS else {"kind": "files", "path": value}
+        return value
 
     @model_validator(mode="after")
     def _check(self):
         if self.kind == "records" and not (self.path and self.source):
             raise ValueError("a records set needs path and source")
-        if self.kind != "records" and (self.path or self.source):
-            raise ValueError(f"path and source are for records sets, not {self.kind}")
+        if self.kind == "files" and (not self.path or self.source or self.queries or self.corpus):
+            raise ValueError("a files set is your test set: give its path (and columns), nothing else")
+        if self.kind not in ("records", "files") and (self.path or self.source):
+            raise ValueError(f"path and source are for records and files sets, not {self.kind}")
+        if self.columns and self.kind != "files":
+            raise ValueError("columns maps a pairs file's columns: it is for files sets")
         # Only the full FOLDOC set is kept out of training builds (a smaller one is a prefix of it).
         if self.kind == "foldoc" and (
             (self.queries or 0) > HELDOUT_QUERIES or (self.corpus or 0) > HELDOUT_CORPUS
@@ -248,9 +262,13 @@ class HeldOutSet(StrictSettings):
         if self.kind == "records":
             assert self.source is not None  # the validator requires a records set's source
             return self.source
+        if self.kind == "files":
+            assert self.path is not None  # the validator requires a files set's path
+            return set_name(self.path)
         return self.kind
 
 
+BARE_KINDS = ("wordnet", "foldoc", "manpages", "packages", "jargon")  # kinds that need no other field
 REPLACED_EVAL_FIELDS = ("kind", "path", "source", "queries", "corpus")
 
 

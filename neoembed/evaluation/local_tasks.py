@@ -39,7 +39,7 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
 
-from neoembed.data import foldoc_retrieval, jargon_retrieval, packages_retrieval
+from neoembed.data import ColumnMap, foldoc_retrieval, jargon_retrieval, packages_retrieval, read_test_set
 from neoembed.evaluation.wordnet_sets import SEED, heldout_synsets, wordnet_example_retrieval
 
 # Bump when the sampling below changes: it is the tasks' dataset revision, so cached results of an older
@@ -91,13 +91,16 @@ def example_retrieval_split() -> RetrievalSplitData:
 
 
 def _retrieval_split(queries: dict, corpus: dict, relevant: dict) -> RetrievalSplitData:
-    """An mteb retrieval split from id -> text maps and query id -> relevant document ids."""
+    """An mteb retrieval split from id -> text maps and query id -> relevant document ids (or {id: grade})."""
     return RetrievalSplitData(
         queries=Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
         corpus=Dataset.from_dict(
             {"id": list(corpus), "text": list(corpus.values()), "title": [""] * len(corpus)}
         ),
-        relevant_docs={q: dict.fromkeys(docs, 1) for q, docs in relevant.items()},
+        relevant_docs={
+            q: dict(docs) if isinstance(docs, dict) else dict.fromkeys(docs, 1)
+            for q, docs in relevant.items()
+        },
         top_ranked=None,
     )
 
@@ -274,6 +277,35 @@ class JargonDefinitionRetrieval(_HeldOutRetrieval):
         },
     )
     split = staticmethod(lambda: _retrieval_split(*jargon_retrieval()))
+
+
+def your_task(path: str, columns: ColumnMap | None = None) -> AbsTask:
+    """Your test set as an mteb retrieval task named after it (`mteb-eval -t PATH`): a BEIR folder, or the
+    held-out split of a pairs file (`data.retrieval_sets`). Its revision is a digest of the data, so scores
+    cached for other contents are not reused."""
+    found = read_test_set(path, columns, option="--columns")
+
+    class YourRetrieval(_HeldOutRetrieval):
+        metadata = TaskMetadata(
+            name=found.name,
+            description=found.description[0].upper() + found.description[1:] + ".",
+            type="Retrieval",
+            main_score="ndcg_at_10",
+            **{
+                **_COMMON,
+                "reference": None,
+                "dataset": {"path": f"local/{found.name}", "revision": found.revision},
+                "date": None,
+                "domains": None,
+                "license": None,
+                "annotations_creators": None,
+                "sample_creation": None,
+                "bibtex_citation": "",
+            },
+        )
+        split = staticmethod(lambda: _retrieval_split(found.queries, found.corpus, found.relevant))
+
+    return YourRetrieval()
 
 
 # The tasks of `--benchmark neoembed-local`, which every quickstart evaluation runs.

@@ -112,6 +112,15 @@ def is_finished(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> bool:
     return True
 
 
+def drop_stale(cache: ResultCache, spec: ModelSpec, task: AbsTask) -> None:
+    """Remove the cached results of `task` scored on another revision of its data (your test set changed
+    since): mteb would keep them as finished."""
+    for leaf in leaf_tasks([task]):
+        result = cached_result(cache, spec, leaf.metadata.name)
+        if result is not None and result.dataset_revision != leaf.metadata.revision:
+            cache.get_task_result_path(leaf.metadata.name, spec.meta).unlink(missing_ok=True)
+
+
 OFFLINE_HINT = (
     "mteb task data comes from the Hugging Face hub, which is unreachable here and its local cache lacks "
     "these datasets: run once with hub access, point HF_HOME at a cache that has them, or pass local copies "
@@ -194,6 +203,7 @@ def _evaluate_all(
             for task in tasks:
                 name = task.metadata.name
                 progress.update(bar, description=f"{spec.label}: {name}")
+                drop_stale(cache, spec, task)
                 if spec.is_lexical and not supports_lexical_search(task):
                     outcome = TaskOutcome(spec.label, name, "n/a")
                 elif is_finished(cache, spec, task):

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import ConfigDict, Field
 
 from neoembed.compilation import InferenceCompile
+from neoembed.data import ColumnMap
 from neoembed.evaluation.models import EvalSettings
 from neoembed.recipes import CommaSeparated, StrictSettings
 
@@ -19,7 +20,10 @@ class MtebEvalSettings(StrictSettings):
     """Repeatable. A sentence-transformers dir or hub id, 'minilm', a transformers encoder dir or hub id
     (pooled per --pooling), or 'bm25'; none: what `neoembed contrastive` exported here, its base, and bm25."""
     tasks: CommaSeparated[tuple[str, ...]] = ()
-    """Comma-separated task names (local WordNet tasks or mteb tasks)."""
+    """Comma-separated task names (local WordNet tasks or mteb tasks), or your test set's path: a BEIR folder
+    (corpus.jsonl, queries.jsonl, qrels/test.tsv) or a pairs file, whose held-out anchors are the queries."""
+    columns: ColumnMap = Field(default_factory=dict)
+    """A pairs file's columns where they are not anchor/query, positive: e.g. query=question,positive=answer."""
     benchmark: str | None = None
     """An mteb benchmark: 'MTEB(eng, v2)' (current English leaderboard), 'MTEB(eng, v1)' (the NeoBERT paper's),
     ... or 'neoembed-local' (offline; the default with no --tasks or --task-types)."""

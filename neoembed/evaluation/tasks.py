@@ -19,8 +19,9 @@ from mteb import AbsTask
 from mteb.abstasks.aggregated_task import AbsTaskAggregate
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 
+from neoembed.data import ColumnMap
 from neoembed.errors import InputError
-from neoembed.evaluation.local_tasks import LOCAL_BENCHMARK_TASKS, LOCAL_TASKS
+from neoembed.evaluation.local_tasks import LOCAL_BENCHMARK_TASKS, LOCAL_TASKS, your_task
 
 LOCAL_BENCHMARK = "neoembed-local"
 DEFAULT_BENCHMARK = "MTEB(eng, v2)"
@@ -47,10 +48,13 @@ def _task_names() -> list[str]:
     return [*LOCAL_TASKS, *(t.metadata.name for t in all_tasks())]
 
 
-def get_task(name: str) -> AbsTask:
-    """A local task or an mteb task by exact name (mteb's names are case-sensitive, as are ours)."""
+def get_task(name: str, columns: ColumnMap | None = None) -> AbsTask:
+    """A local task or an mteb task by exact name (mteb's names are case-sensitive, as are ours), or your test
+    set by its path (a BEIR folder or a pairs file, whose columns `columns` maps)."""
     if name in LOCAL_TASKS:
         return LOCAL_TASKS[name]()
+    if Path(name).exists():
+        return your_task(name, columns)
     try:
         return mteb.get_task(name)
     except KeyError:
@@ -68,9 +72,13 @@ def get_benchmark_tasks(name: str) -> list[AbsTask]:
 
 
 def select_tasks(
-    tasks: Sequence[str] = (), benchmark: str | None = None, types: Sequence[str] = ()
+    tasks: Sequence[str] = (),
+    benchmark: str | None = None,
+    types: Sequence[str] = (),
+    columns: ColumnMap | None = None,
 ) -> list[AbsTask]:
-    """Tasks named in `tasks` plus those of `benchmark`, kept if their type is in `types` (when given)."""
+    """Tasks named in `tasks` (a path: your test set, `columns` mapping a pairs file's columns) plus those of
+    `benchmark`, kept if their type is in `types` (when given)."""
     valid_types = task_types()
     for task_type in types:
         if task_type not in valid_types:
@@ -79,7 +87,7 @@ def select_tasks(
         if not types:
             raise TaskSelectionError("no tasks selected: give --tasks, --benchmark or --task-types")
         benchmark = DEFAULT_BENCHMARK
-    selected = [get_task(name) for name in dict.fromkeys(tasks)]
+    selected = [get_task(name, columns) for name in dict.fromkeys(tasks)]
     if benchmark:
         named = {t.metadata.name for t in selected}
         selected += [t for t in get_benchmark_tasks(benchmark) if t.metadata.name not in named]
