@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from tqdm import tqdm
 
+from neoembed.data.key_set import KeySet
 from neoembed.data.leakage import GuardedTexts, leak_guard
 from neoembed.data.manifest import Manifest, StsRule, file_manifest, load_manifests
 from neoembed.data.mining import Miner, MiningConfig, MiningStats
@@ -242,7 +243,7 @@ class Build:
     # Stage 1 ---------------------------------------------------------------------------------------------
 
     def prepare(self) -> dict[str, StagedSource]:
-        seen: set[int] = set()
+        seen = KeySet()
         staged, previous = {}, ""
         for name, (manifest, manifest_sha) in self.manifests.items():
             cap = self.cap(manifest)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from neoembed.data.key_set import KeySet
 from neoembed.data.leakage import LeakGuard
 from neoembed.data.manifest import Manifest
 from neoembed.data.mapping import FieldPath, MissingColumn, RowError
@@ -95,7 +96,7 @@ def prepare_source(
     manifest: Manifest,
     fingerprint: str,
     out: Path,
-    seen: set[int],
+    seen: KeySet,
     guard: LeakGuard,
     local_root: Path | None,
     max_rows: int | None,
@@ -152,7 +153,7 @@ def prepare_source(
 
 
 def _staged_earlier(
-    marker: Path, parquet_path: Path, fingerprint: str, seen: set[int], symmetric: bool
+    marker: Path, parquet_path: Path, fingerprint: str, seen: KeySet, symmetric: bool
 ) -> StagedSource | None:
     """A finished staging of the same inputs, its pairs added to `seen`; None when there is none."""
     if not marker.exists():
@@ -162,9 +163,9 @@ def _staged_earlier(
         return None
     keys = pq.read_table(parquet_path, columns=["query_key", "positive_key"])
     query_keys, positive_keys = keys["query_key"].to_numpy(), keys["positive_key"].to_numpy()
-    seen.update(pair_keys(query_keys, positive_keys).tolist())
+    seen.update(pair_keys(query_keys, positive_keys))
     if symmetric:
-        seen.update(pair_keys(positive_keys, query_keys).tolist())
+        seen.update(pair_keys(positive_keys, query_keys))
     return stats
 
 
@@ -255,7 +256,7 @@ class RowFilter:
 
     limits: Limits
     guard: LeakGuard
-    seen: set[int]
+    seen: KeySet
     truncator: Truncator | None
     symmetric: bool
     holdout: bool = False  # keep your pairs file's test split (`pairs_file.is_held_out`) out
@@ -280,7 +281,8 @@ class RowFilter:
             # A symmetric source's (b, a) is its (a, b): both orders are looked up and remembered.
             pairs = (pair, pair_key(positive_key, query_key)) if self.symmetric else (pair,)
             reason = "duplicate" if any(p in self.seen for p in pairs) else None
-            self.seen.update(pairs)
+            for pair in pairs:
+                self.seen.add(pair)
         if reason is not None:
             return reason
         negatives, leaked, cut_negatives = clean_negatives(
