@@ -18,7 +18,7 @@ import yaml
 
 from neoembed.contrastive.result import relative_change
 from neoembed.contrastive.settings import BASE_TEACHER, ContrastiveSettings, EvalSettings
-from neoembed.data import leakage_summary
+from neoembed.data import leakage_summary, pairs_summary
 from neoembed.embedder import MINILM_ALIASES
 from neoembed.precision import resolve_precision
 
@@ -54,6 +54,7 @@ class TrainingFacts:
     selection: list[dict] | None = None  # export.base_weight auto: each candidate's selection scores
     exported_step: int | None = None  # the step whose weights were exported (None: the last, `steps`)
     leakage: str | None = None  # the build's leakage guard: what it kept out of training
+    pairs: str | None = None  # the user's pairs files the build read, and what it did with their rows
     seed: int = 0  # train.seed: initial weights of new layers, data order, dropout
     precision: str = "fp32"  # how training computed, e.g. "bf16 autocast over fp32 weights"
     weight_dtype: str = "float32"  # the exported weights' dtype
@@ -101,6 +102,7 @@ def training_facts(
         infonce_weight=loss["weight"] if infonce else 0.0,
         distillation=distillation(loss.get("distill"), base_model, dimension),
         leakage=leakage_summary(Path(settings.data.path)),
+        pairs=pairs_summary(Path(settings.data.path)),
         seed=settings.train.seed,
         precision=training_precision(settings.train.precision),
         weight_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
@@ -142,7 +144,8 @@ def training_precision(requested: str) -> str:
 def heldout_sources(settings: EvalSettings, sources: dict) -> list[str]:
     """The held-out sets whose source trained nothing (FOLDOC; a records set of an untrained source): a score
     there measures transfer to unseen text, not only to unseen rows of a training source."""
-    return [s.label for s in settings.sets if (s.source if s.kind == "records" else s.kind) not in sources]
+    trained = {"records": lambda s: s.source, "files": lambda s: s.label}  # else the set's kind is its source
+    return [s.label for s in settings.sets if trained.get(s.kind, lambda s: s.kind)(s) not in sources]
 
 
 def hub_name(model: str) -> str:
@@ -252,6 +255,8 @@ def neoembed_section(facts: TrainingFacts, prompts: dict[str, str]) -> str:
         f"| {name} | {n:,} |\n" for name, n in facts.rows.items()
     )
     rows += f"| **total** | **{sum(facts.rows.values()):,}** |"
+    if facts.pairs:
+        rows += f"\n\n{facts.pairs}"
     if facts.leakage:
         rows += f"\n\n{facts.leakage}"
     sets = "\n".join(

@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     from .stats import (
         leakage_summary as leakage_summary,
         mining_summary as mining_summary,
+        pairs_summary as pairs_summary,
     )
     from .wordnet import (
         Synset as Synset,

@@ -298,6 +298,21 @@ def _pct(p: dict) -> str:
     return "/".join(str(p[k]) for k in ("p5", "p50", "p95", "p99")) if p else "-"
 
 
+def pairs_summary(data_path: Path) -> str | None:
+    """One sentence for the model card: the pairs files the build at `data_path` was made from and what it did
+    with their rows; None for a build of manifests (or without stats)."""
+    try:
+        stats = json.loads((Path(data_path) / "stats.json").read_text(encoding="utf-8"))
+        files = stats["config"].get("pairs") or []
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    if not files:
+        return None
+    held = " (one anchor in ten held out as the test split)" if stats["config"].get("holdout") else ""
+    counts = "; ".join(f"{name}: {source_summary(source)}" for name, source in stats["sources"].items())
+    return f"Built from your pairs {', '.join(f'`{f}`' for f in files)}{held}: {counts}."
+
+
 def leakage_summary(data_path: Path) -> str | None:
     """One sentence for the model card: the evaluation texts the build at `data_path` kept out of training
     (per guarded set or benchmark task, the rows dropped), and the benchmark tasks it could not guard; None
