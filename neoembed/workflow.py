@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neoembed.contrastive import BASE_TEACHER, ContrastiveSettings, HeldOutSet
-from neoembed.data import is_pairs_path, open_pairs
+from neoembed.data import ColumnMap, is_pairs_path, open_pairs
 from neoembed.errors import InputError
 from neoembed.packaged import resolve_recipe
 from neoembed.pretrain import PretrainSettings
@@ -157,10 +157,27 @@ def forgetting_guard(settings: ContrastiveSettings) -> Choice | None:
 
 
 def pairs_build_dir(settings: ContrastiveSettings) -> Path:
-    """Where `neoembed contrastive --data.path FILE` builds your pairs: under the run, one build per content of
-    the file and column mapping, so a re-run finds it and a changed file gets a build of its own."""
-    pairs = open_pairs(settings.data.path, settings.data.columns, option="--data.columns")
-    return Path(settings.train.output_dir) / "data" / f"{pairs.name}-{pairs.digest[:12]}"
+    """Where `neoembed contrastive --data.path FILE` builds your pairs: under the run (`your_pairs_dir`)."""
+    return your_pairs_dir(settings.data.path, settings.data.columns, Path(settings.train.output_dir) / "data")
+
+
+def your_pairs_dir(path: str | Path, columns: ColumnMap, root: Path) -> Path:
+    """The build of your pairs under `root`: one per content of the file and column mapping, so a re-run
+    finds it and a changed file gets a build of its own."""
+    pairs = open_pairs(path, columns, option="--data.columns")
+    return root / f"{pairs.name}-{pairs.digest[:12]}"
+
+
+def build_your_pairs(path: str | Path, columns: ColumnMap, out: Path) -> str | None:
+    """Build your pairs into `out` as `neoembed contrastive --data.path` trains on them (no mined negatives,
+    the held-out split kept out); the first line of what it did, or None where `out` is built already."""
+    from neoembed.data import BuildConfig, build
+
+    if (out / "stats.json").is_file():
+        return None
+    result = build(BuildConfig(out=out, pairs=(Path(path),), columns=columns, mine=False))
+    assert result is not None  # a whole build (no --shard): its result
+    return "; ".join(result.sources)
 
 
 def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> ContrastiveSettings:
@@ -190,19 +207,15 @@ def ensure_data(settings: ContrastiveSettings, echo: Callable[[str], None]) -> C
 
 def _with_your_pairs(settings: ContrastiveSettings, echo: Callable[[str], None]) -> ContrastiveSettings:
     """Your pairs file built (once per content) and trained on, its held-out split the first held-out set."""
-    from neoembed.data import BuildConfig, build
-
     given, out = settings.data.path, pairs_build_dir(settings)
-    if not (out / "stats.json").is_file():
-        if world_size() > 1:
-            raise InputError(
-                f"{given} is not built yet: build it before a multi-process launch, with neoembed build-data "
-                f"--from {given} --out {out} --no-mine",
-                param="--data.path",
-            )
-        result = build(BuildConfig(out=out, pairs=(Path(given),), columns=settings.data.columns, mine=False))
-        assert result is not None  # a whole build (no --shard): its result
-        echo(f"built your pairs into {out}: {'; '.join(result.sources)}")
+    if world_size() > 1 and not (out / "stats.json").is_file():
+        raise InputError(
+            f"{given} is not built yet: build it before a multi-process launch, with neoembed build-data "
+            f"--from {given} --out {out} --no-mine",
+            param="--data.path",
+        )
+    if (built := build_your_pairs(given, settings.data.columns, out)) is not None:
+        echo(f"built your pairs into {out}: {built}")
     test_set = HeldOutSet(kind="files", path=given, columns=settings.data.columns)
     others = [s for s in settings.eval.sets if s.label != test_set.label]
     return settings.model_copy(

@@ -7,7 +7,9 @@ tail), which the default 1024-token budget truncates; then writes the parts with
 Part 2 times the mining stages apart: the teacher's encoding of real-length texts, and the exact FAISS
 search of a part (random unit vectors, memory-mapped, streamed as the miner streams them) with its peak
 RSS. Part 3 (optional) mines WordNet rows end to end per teacher dtype. The report projects a 9M-pair build
-from these rates, on this CPU and on an H100 under a stated throughput assumption.
+from these rates, on this CPU and on an H100 under a stated throughput assumption. Part 4 (optional,
+`--pairs-rows`) builds synthetic pairs files of each size as `build-data --from FILE --no-mine` does, each in
+a child process, and compares their peak RSS: reading a user's file must not grow with its rows.
 Goals: 1M rows through stage 1 in under 120 s with peak RSS under 4 GiB.
 """
 
@@ -99,6 +101,49 @@ def long_rows(path: Path, rows: int, seed: int = 1) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"anchor": texts(rows), "positive": texts(rows)}), path)
+
+
+def synthetic_pairs(path: Path, rows: int, seed: int = 0, chunk: int = 100_000) -> None:
+    """A JSON-lines pairs file of `rows` rows as a user writes it (`anchor`, `positive`; the short rows'
+    lengths), written a chunk at a time."""
+    rng = np.random.default_rng(seed)
+    vocab = random_words(rng, 20_000, 3, 10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for start in range(0, rows, chunk):
+            n = min(chunk, rows - start)
+            anchors, positives = (
+                sentences(rng, vocab, rng.integers(low, high, size=n)) for low, high in ((5, 13), (20, 60))
+            )
+            handle.writelines(
+                json.dumps({"anchor": a, "positive": p}) + "\n"
+                for a, p in zip(anchors, positives, strict=True)
+            )
+
+
+def _pairs_child(path: str, out: str) -> dict[str, Any]:
+    """Child process: `build-data --from path --out out --no-mine`, clocked."""
+    from neoembed.data import BuildConfig, build
+
+    result, seconds, cpu = clocked(lambda: build(BuildConfig(out=Path(out), pairs=(Path(path),), mine=False)))
+    assert result is not None
+    return {"seconds": seconds, "cpu_s": cpu, "rows_read": result.rows_read, "rows_out": result.rows_out}
+
+
+def bench_pairs_files(settings: BuildDataBench, work: Path) -> list[Row]:
+    """One row per size of `--pairs-rows`: a synthetic pairs file built whole in a child process."""
+    rows = []
+    for count in settings.pairs_rows:
+        path = work / f"pairs-{count}.jsonl"
+        synthetic_pairs(path, count)
+        result = in_child(_pairs_child, str(path), str(work / f"out-{count}"), work=work)
+        rows.append(Row({"rows": count}, {
+            "file_mib": round(path.stat().st_size / 2**20), "rows_out": result["rows_out"],
+            "build_s": round(result["seconds"], 1), "cpu_s": round(result["cpu_s"], 1),
+            "rows_per_cpu_s": round(count / result["cpu_s"]), "peak_rss_mib": round(result["peak_rss_gib"] * 1024),
+        }))  # fmt: skip
+        shutil.rmtree(work, ignore_errors=True)  # the next size starts from an empty disk
+    return rows
 
 
 def clocked(call: Callable[[], Any]) -> tuple[Any, float, float]:
@@ -296,13 +341,14 @@ def run(settings: BuildDataBench) -> WrittenReport:
     encode = bench_encode(settings) if settings.encode_texts else None
     search = bench_search(settings, work / "search") if settings.search_pool else None
     mining = bench_mining(settings, work / "mining") if settings.mining_rows else []
+    pairs = bench_pairs_files(settings, work / "pairs") if settings.pairs_rows else []
     loads = [load_before, os.getloadavg()]
     if not settings.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return write_report(_report(settings, sources, stage, encode, search, mining, loads), settings.out)
+    return write_report(_report(settings, sources, stage, encode, search, mining, pairs, loads), settings.out)
 
 
-def _report(settings: BuildDataBench, sources, stage, encode, search, mining, loads) -> Report:
+def _report(settings: BuildDataBench, sources, stage, encode, search, mining, pairs, loads) -> Report:
     tables, projection, verdicts = [], [], []
     if stage:
         heading = "Stage 1 (map, normalise, truncate, filter, leakage guard, dedup) and part writing"
@@ -334,10 +380,21 @@ def _report(settings: BuildDataBench, sources, stage, encode, search, mining, lo
             verdicts.append(
                 f"{mining[1]['teacher_dtype']} / {mining[0]['teacher_dtype']} mining speed: {ratio:.2f}x"
             )
+    if pairs:
+        heading = (
+            "Your pairs file, built whole (`build-data --from FILE --no-mine`), each size in a child process"
+        )
+        tables.append(Table(pairs, heading=heading))
+        if len(pairs) > 1:
+            ratio = pairs[-1].number("peak_rss_mib") / pairs[0].number("peak_rss_mib")
+            verdicts.append(
+                f"peak RSS at {pairs[-1]['rows']:,} rows / at {pairs[0]['rows']:,} rows: {ratio:.2f}x "
+                f"({pairs[-1].number('rows') / pairs[0].number('rows'):.0f}x the rows)"
+            )
     intro = (
         f"Threads {settings.threads}; 1-minute load average {loads[0][0]:.1f} before, {loads[1][0]:.1f} "
         f"after (on {os.cpu_count()} CPUs)."
     )
     payload = {"stage": stage, "sources": sources, "encode": encode, "search": search}
-    payload |= {"projection": projection, "mining": mining, "load_average": loads}
+    payload |= {"projection": projection, "mining": mining, "pairs_files": pairs, "load_average": loads}
     return Report("build-data", "build-data benchmark", payload, tables, [intro], verdicts)

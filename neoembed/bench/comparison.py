@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,8 @@ from neoembed.bench.st_baseline import Trained
 from neoembed.run_files import write_json
 
 if TYPE_CHECKING:
+    from mteb import AbsTask
+
     from neoembed.evaluation import Difference, RowInput
 
 EPSILON = 1e-9  # a score exactly at a bound meets it despite float rounding
@@ -82,11 +84,13 @@ def train_and_score(
     columns: dict[str, str],
     max_length: int,
     out: Path,
+    extra_tasks: Sequence[AbsTask] = (),
 ) -> tuple[dict[Arm, Trained], SeedAverages]:
     """Each arm trained or reused in order (`train` sees the runs before it: a baseline may take its budget
     from them), then the `fixed` models (row label -> what mteb-eval loads; the first is the one the
     harness's paired differences are against) and every run scored in one mteb run under `out`/mteb, on the
-    local tasks that `columns` (task -> its column in the tables) names."""
+    tasks that `columns` (task -> its column in the tables) names: `extra_tasks` (your test set) and the
+    local tasks."""
     import neoembed.evaluation as evaluation
 
     runs: dict[Arm, Trained] = {}
@@ -95,7 +99,8 @@ def train_and_score(
     models = {**fixed, **{arm.label: trained.export for arm, trained in runs.items()}}
     settings = evaluation.EvalSettings(max_length=max_length)
     specs = dict(zip(models, evaluation.resolve_models(list(models.values()), settings)))
-    tasks = [evaluation.LOCAL_TASKS[task]() for task in columns]
+    extra = {task.metadata.name: task for task in extra_tasks}
+    tasks = [extra[task] if task in extra else evaluation.LOCAL_TASKS[task]() for task in columns]
     summary = evaluation.run_evaluation(list(specs.values()), tasks, settings, out / "mteb").summary
     saved = evaluation.saved_row_inputs(list(specs.values()), summary, out / "mteb")
     scores = {label: summary.scores[spec.label] for label, spec in specs.items()}

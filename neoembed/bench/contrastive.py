@@ -13,6 +13,10 @@ mteb run, as `bench.comparison` compares. `goal_checks` holds the recipe to its 
   keep what the base model knew?).
 
 With `--neobert DIR` a pretrained NeoBERT goes through the same neoembed recipe and gets its rows too.
+
+With your own pairs (`--data FILE`) the build is that file's, made as `neoembed contrastive --data.path FILE`
+makes it, and your test set (`--test`, by default the file's held-out split) is the first task; the targets are
+then the ones a user's data is held to (`your_checks`).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ COLUMNS = {
 # The targets the neoembed recipe is held to (see `goal_checks`), as relative gains over the base model.
 FOLDOC_GAIN = 0.01  # mean over runs on the cross-source set (and no run below the base)
 EXAMPLE_GAIN = 0.08  # mean over runs on WordNet example -> definition
+YOUR_GAIN = 0.05  # on your test set (see `your_checks`)
 # method -> its name in tables
 METHODS = {"neoembed": "neoembed", "st": "ST MNRL", "neobert": "NeoBERT neoembed"}
 COMPARISONS = (("neoembed", None), ("st", None), ("neoembed", "st"))
@@ -104,6 +109,33 @@ def goal_checks(scores: Scores, base: str, runs: list[str], versus_st) -> list[C
         mean_gain("WordNet example->definition", EXAMPLE_TASK, EXAMPLE_GAIN),
         versus,
     ]
+
+
+def your_checks(scores: Scores, base: str, runs: list[str], task: str, versus_base, versus_st) -> list[Check]:
+    """What fine-tuning on your own pairs is held to, on your test set `task`: the recipe's seed mean at least
+    `YOUR_GAIN` above the base model with the paired interval above 0 (`versus_base`), and level with or above
+    plain sentence-transformers MNRL on the same pairs, steps and batch (`versus_st`: its interval reaches 0 or
+    above)."""
+    found = [value for run in runs if (value := scores[run].get(task)) is not None]
+    reference = scores[base].get(task)
+    gain_target = f"neoembed's mean gain on {task} >= {YOUR_GAIN:+.0%}, interval above 0"
+    if len(found) < len(runs) or not reference or versus_base is None or versus_base.low is None:
+        gain = Check(gain_target, False, "a score or its per-query predictions are missing")
+    else:
+        mean = sum(found) / len(found) / reference - 1
+        interval = f"{100 * versus_base.low:+.2f}, {100 * versus_base.high:+.2f}"
+        gain = Check(
+            gain_target,
+            mean >= YOUR_GAIN - EPSILON and versus_base.low > 0,
+            f"{mean:+.2%}, {100 * versus_base.difference:+.2f} points [{interval}]",
+        )
+    level = f"neoembed level with or above ST MNRL on {task} (interval reaches 0 or above)"
+    if versus_st is None or versus_st.low is None:
+        versus = Check(level, False, "no paired interval (per-query predictions missing)")
+    else:
+        figures = f"{100 * versus_st.difference:+.2f} points [{100 * versus_st.low:+.2f}, {100 * versus_st.high:+.2f}]"
+        versus = Check(level, versus_st.high >= 0, figures)
+    return [gain, versus]
 
 
 def default_build(out: Path, rows: int) -> Path:
@@ -179,6 +211,8 @@ class Trial:
     data_id: str  # the build's content (`data_identity`)
     steps: int | None  # None: a time budget
     max_length: int  # the recipe's training length, the baseline's too
+    columns: dict[str, str]  # task -> its column: your test set's first, where there is one
+    your_task: str | None = None  # the task name of your test set
 
     def arm(self, method: str, precision: str, seed: int) -> Arm:
         name = Path(self.bench.model).name
@@ -206,20 +240,34 @@ class Trial:
 
 
 def run(bench: ContrastiveBench) -> WrittenReport:
+    from neoembed.data import is_pairs_path
+    from neoembed.evaluation import your_task
     from neoembed.packaged import resolve_recipe
     from neoembed.recipes import parse_overrides
+    from neoembed.workflow import build_your_pairs, your_pairs_dir
 
     recipe = resolve_recipe(bench.recipe)
     overrides = parse_overrides([f"--{item}" for item in bench.overrides])
     torch.set_num_threads(bench.threads)
     data = bench.data or default_build(bench.out / "data", bench.rows)
+    test = bench.test
+    if is_pairs_path(data):  # your pairs: built as `neoembed contrastive --data.path` builds them
+        test = test or str(data)
+        built = your_pairs_dir(data, bench.columns, bench.out / "data")
+        build_your_pairs(data, bench.columns, built)
+        data = built
+    tests = [your_task(test, bench.columns)] if test else []
+    columns = {task.metadata.name: f"{task.metadata.name} nDCG@10" for task in tests} | COLUMNS
     # The recipe's own steps unless told otherwise ("as shipped"), and its training length; the baseline
     # gets the same.
     shipped = load_recipe(
         recipe, ContrastiveSettings, {**overrides, _field(lambda r: r.data.path): str(data)}
     )
     steps = None if bench.minutes else bench.steps or shipped.train.max_steps
-    trial = Trial(bench, recipe, overrides, data, data_identity(data), steps, shipped.model.max_length)
+    trial = Trial(
+        bench, recipe, overrides, data, data_identity(data), steps, shipped.model.max_length, columns,
+        tests[0].metadata.name if tests else None,
+    )  # fmt: skip
     methods = ["neoembed", "st"] + (["neobert"] if bench.neobert else [])
     grid = product(bench.run_precisions(), range(bench.seeds), methods)
     arms = [trial.arm(method, precision, seed) for precision, seed, method in grid]
@@ -229,7 +277,9 @@ def run(bench: ContrastiveBench) -> WrittenReport:
         "BM25": "bm25",
         **({"NeoBERT (base)": bench.neobert} if bench.neobert else {}),
     }
-    runs, seeded = train_and_score(arms, lambda arm, _: trial.train(arm), fixed, COLUMNS, 128, bench.out)
+    runs, seeded = train_and_score(
+        arms, lambda arm, _: trial.train(arm), fixed, columns, 128, bench.out, extra_tasks=tests
+    )
     return write_report(report(trial, runs, seeded, base_row), bench.out)
 
 
@@ -242,16 +292,25 @@ def report(trial: Trial, runs: dict[Arm, Trained], seeded: SeedAverages, base_ro
     tables = Tables("contrastive", "group", seeded)
     for name, arms in groups.items():
         base = Row(
-            {"group": name, "model": base_row}, {c: f"{scores[base_row][t]:.4f}" for t, c in COLUMNS.items()}
+            {"group": name, "model": base_row},
+            {c: f"{scores[base_row][t]:.4f}" for t, c in trial.columns.items()},
         )
         tables.add(group := Group({"group": name}, arms, base_row, METHODS, COMPARISONS), [base])
     # the last group: every run
-    versus_st = seeded.compare(group.labels("neoembed"), group.labels("st")).get(AVERAGE)
     ours = [arm.label for arm in runs if arm.method == "neoembed"]
-    checks = goal_checks(scores, base_row, ours, versus_st)
+    versus_st = seeded.compare(group.labels("neoembed"), group.labels("st"))
+    if trial.your_task is not None:
+        versus_base = seeded.compare(group.labels("neoembed"), [base_row]).get(trial.your_task)
+        checks = your_checks(
+            scores, base_row, ours, trial.your_task, versus_base, versus_st.get(trial.your_task)
+        )
+    else:
+        checks = goal_checks(scores, base_row, ours, versus_st.get(AVERAGE))
     fixed = ["BM25", base_row, *(["NeoBERT (base)"] if bench.neobert else [])]
-    per_run = [table_row(label, scores, None, None) for label in fixed]
-    per_run += [table_row(arm.label, scores, arm.from_base, trained) for arm, trained in runs.items()]
+    per_run = [table_row(label, scores, None, None, trial.columns) for label in fixed]
+    per_run += [
+        table_row(arm.label, scores, arm.from_base, trained, trial.columns) for arm, trained in runs.items()
+    ]
     met = f"Recipe targets ({sum(c.met is True for c in checks)}/{len(checks)} met):"
     budget = f"{trial.steps} steps" if trial.steps else f"{bench.minutes:g} minutes of steps"
     lr = f"{st_baseline.LEARNING_RATE:.0e}".replace("e-0", "e-")  # 5e-5, as the committed tables write it
@@ -266,12 +325,13 @@ def report(trial: Trial, runs: dict[Arm, Trained], seeded: SeedAverages, base_ro
     return tables.report(
         notes,
         "each task's queries (all tasks' queries for the mean)",
-        Table(per_run, ["model", *COLUMNS.values(), "steps", "train minutes"], after=[met]),
+        Table(per_run, ["model", *trial.columns.values(), "steps", "train minutes"], after=[met]),
         [check.line() for check in checks],
         mean=True,
         checks=checks,
         runs={arm.name: trained for arm, trained in runs.items()},
         data=str(trial.data),
+        test=bench.test or (str(bench.data) if trial.your_task else None),
         recipe=str(trial.recipe),
         overrides=trial.overrides,
         steps=trial.steps,
@@ -282,8 +342,11 @@ def report(trial: Trial, runs: dict[Arm, Trained], seeded: SeedAverages, base_ro
     )
 
 
-def table_row(label: str, scores: Scores, from_base: str | None, trained: Trained | None) -> Row:
-    """One model's scores; a fine-tuned model's cells also give the relative change vs its base."""
+def table_row(
+    label: str, scores: Scores, from_base: str | None, trained: Trained | None, columns: dict[str, str]
+) -> Row:
+    """One model's scores in `columns` (task -> column); a fine-tuned model's cells also give the relative
+    change vs its base."""
 
     def cell(task: str) -> str:
         score = scores[label].get(task)
@@ -292,7 +355,7 @@ def table_row(label: str, scores: Scores, from_base: str | None, trained: Traine
         reference = scores[from_base].get(task) if from_base else None
         return f"{score:.4f} ({score / reference - 1:+.1%})" if reference else f"{score:.4f}"
 
-    figures = {column: cell(task) for task, column in COLUMNS.items()}
+    figures = {column: cell(task) for task, column in columns.items()}
     if trained is None:
         return Row({"model": label}, {**figures, "steps": "", "train minutes": ""})
     return Row(

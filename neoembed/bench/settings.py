@@ -12,6 +12,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from neoembed.compilation import InferenceCompile
+from neoembed.data import ColumnMap
 from neoembed.recipes import CommaSeparated, StrictSettings
 
 
@@ -151,6 +152,9 @@ class BuildDataBench(BenchSettings):
     """WordNet rows to mine end to end (0 skips)."""
     dtypes: CommaSeparated[tuple[Literal["float32", "bfloat16"], ...]] = ("float32", "bfloat16")
     """Teacher dtypes to compare for mining."""
+    pairs_rows: CommaSeparated[tuple[Annotated[int, Field(ge=1)], ...]] = ()
+    """Sizes of synthetic pairs files to build whole, each in a child process, for their peak RSS (e.g.
+    1000000,10000000); none: skipped."""
     threads: int = Field(2, ge=1)
     """torch and faiss threads."""
     batch_size: int = Field(128, ge=1)
@@ -228,7 +232,13 @@ class PretrainBench(BenchSettings):
 
 class ContrastiveBench(BenchSettings):
     data: Path | None = None
-    """A finished build-data output to train on (default: the default WordNet build, under --out)."""
+    """A finished build-data output to train on (default: the default WordNet build, under --out), or your
+    pairs file, built as `neoembed contrastive --data.path` builds it, its held-out split then scored first."""
+    columns: ColumnMap = Field(default_factory=dict)
+    """Your pairs file's columns where they are not anchor/query, positive: e.g. query=question,positive=answer."""
+    test: str | None = None
+    """Your test set, scored first: a BEIR folder or a pairs file (default: --data's held-out split, where
+    --data is a pairs file)."""
     rows: int = Field(20000, ge=100)
     """Rows a source of the default WordNet + manual pages build (build-data --max-rows)."""
     recipe: str = "contrastive-cpu"

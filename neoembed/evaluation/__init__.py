@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the public names, written once; attach_face loads each on f
     from .local_tasks import (
         LOCAL_BENCHMARK_TASKS as LOCAL_BENCHMARK_TASKS,
         LOCAL_TASKS as LOCAL_TASKS,
+        your_task as your_task,
     )
     from .model_meta import (
         META_FILE as META_FILE,
