@@ -509,15 +509,34 @@ def project_python(argv: list[str]) -> bool:
 
 
 def create_input(path: Path) -> None:
-    """A small stand-in for a user's file: documents (.jsonl, .txt, .parquet), a NeoBERT directory (a name
-    with neobert), else a sentence-transformers directory (the packaged MiniLM)."""
+    """A small stand-in for a user's file: labelled pairs (a name with pairs), a BEIR test folder (a name with
+    beir), documents (.jsonl, .txt, .parquet), a NeoBERT directory (a name with neobert), else a
+    sentence-transformers directory (the packaged MiniLM)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(path.name)
     texts = [
         " ".join(rng.choice(WORDS) for _ in range(rng.randint(12, 30))) + f" {path.stem} {i}."
         for i in range(300)
     ]
-    if path.suffix == ".jsonl":
+    if "pairs" in path.name:
+        rows = [
+            {"anchor": f"{' '.join(text.split()[:3])} {i}", "positive": text} for i, text in enumerate(texts)
+        ]
+        if path.suffix == ".csv":
+            path.write_text("anchor,positive\n" + "".join(f"{r['anchor']},{r['positive']}\n" for r in rows))
+        else:
+            path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    elif "beir" in path.name:
+        (path / "qrels").mkdir(parents=True)
+        docs = "".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n" for i, text in enumerate(texts))
+        (path / "corpus.jsonl").write_text(docs)
+        queries = [
+            json.dumps({"_id": f"q{i}", "text": " ".join(texts[i].split()[:4])}) + "\n" for i in range(20)
+        ]
+        (path / "queries.jsonl").write_text("".join(queries))
+        qrels = "".join(f"q{i}\td{i}\t1\n" for i in range(20))
+        (path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+    elif path.suffix == ".jsonl":
         rows = [json.dumps({"id": f"{path.stem}-{i}", "text": text}) for i, text in enumerate(texts)]
         path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     elif path.suffix == ".txt":
