@@ -231,3 +231,22 @@ def test_the_benches_default_to_the_precisions_training_runs_in(cpu_bf16):
     assert ContrastiveBench().run_precisions() == (("fp32", "bf16") if cpu_bf16 else ("fp32",))
     assert speed_precisions(ContrastiveBench()) == AdaptBench().run_precisions() == (auto,)
     assert AdaptBench(precisions=("fp32",)).run_precisions() == ("fp32",)
+
+
+def test_your_data_is_held_to_five_percent_over_the_base_and_level_with_mnrl():
+    from neoembed.bench.contrastive import your_checks
+
+    def interval(low: float, high: float) -> Difference:
+        return Difference("a", "b", "mine", (low + high) / 2, low, high, 0.01, "examples", 60)
+
+    table = {"base": {"mine": 0.50}, "seed 0": {"mine": 0.53}, "seed 1": {"mine": 0.54}}
+    met = your_checks(
+        table, "base", ["seed 0", "seed 1"], "mine", interval(0.01, 0.05), interval(-0.01, 0.02)
+    )
+    assert [c.met for c in met] == [True, True]
+    assert met[0].figures == "+7.00%, +3.00 points [+1.00, +5.00]"
+    short = your_checks(table, "base", ["seed 0"], "mine", interval(0.01, 0.05), interval(-0.03, -0.01))
+    assert [c.met for c in short] == [True, False]  # +6%, but MNRL ahead with its interval above 0
+    small = {"base": {"mine": 0.50}, "seed 0": {"mine": 0.52}}
+    assert not your_checks(small, "base", ["seed 0"], "mine", interval(0.01, 0.03), None)[0].met  # +4%
+    assert "missing" in your_checks(small, "base", ["seed 0"], "mine", None, None)[0].figures

@@ -81,6 +81,8 @@ def test_jsonl_csv_tsv_parquet_json_folder_and_saved_dataset_give_the_same_build
         assert is_pairs_path(path), name
         assert records(build_pairs(path, tmp_path / f"out-{name}").out) == expected, name
     assert not is_pairs_path(tmp_path / "from-jsonl")  # a build is read as a build
+    (tmp_path / "from-jsonl" / "stats.json").unlink()
+    assert not is_pairs_path(tmp_path / "from-jsonl")  # and an unfinished one, which the recipe resumes
 
 
 def test_the_first_line_counts_every_drop_and_names_the_first_rows(tmp_path):

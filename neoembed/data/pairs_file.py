@@ -44,6 +44,11 @@ ROLES = ("query", "positive", "negatives")
 # Column names found without a mapping, per role, in the order tried: sentence-transformers' first.
 KNOWN_NAMES = {"query": ("anchor", "query"), "positive": ("positive",)}
 HOLDOUT_EVERY = 10  # one anchor in this many is the test split
+BUILD_MARKERS = (
+    "stats.json",
+    "build.jsonl",
+    "staging",
+)  # a build's folder, finished or not, is no pairs file
 BATCH_ROWS = 10_000
 _NEGATIVE_N = re.compile(r"negative_(\d+)$")
 
@@ -138,7 +143,7 @@ def is_pairs_path(path: Path | str) -> bool:
     path = Path(path)
     if path.is_file():
         return path.suffix.lower() in SUFFIXES
-    if not path.is_dir() or (path / "stats.json").exists():
+    if not path.is_dir() or any((path / marker).exists() for marker in BUILD_MARKERS):
         return False
     return _is_saved_dataset(path) or any(_data_files(path))
 

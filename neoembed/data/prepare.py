@@ -34,7 +34,7 @@ from neoembed.data.normalize import (
     pair_keys,
     text_key,
 )
-from neoembed.data.pairs_file import MISSING, Batch, is_held_out
+from neoembed.data.pairs_file import BATCH_ROWS, MISSING, Batch, is_held_out
 from neoembed.data.relations import relation_key
 from neoembed.data.sources import source_batches
 from neoembed.data.truncate import Truncator
@@ -58,7 +58,7 @@ FORMAT_VERSION = "7." + KEY_VERSION
 
 
 class MalformedRow(TypedDict):
-    where: str  # the row: `row N` of a dataset, `FILE line N` of your pairs file
+    where: str  # the row: `row N` of a dataset, `FILE:LINE` of your pairs file
     error: str  # why it could not be read
 
 
@@ -144,7 +144,7 @@ def prepare_source(
                         rows[name].append(value)
                     tally.count_written(values, reversed_row=n > 0)
             if rows["query"]:
-                writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=len(rows["query"]))
+                writer.write_table(pa.table(rows, schema=STAGING_SCHEMA), row_group_size=BATCH_ROWS)
             tally.rows_read += len(batch)
             bar.update(len(batch))
     stats = tally.staged(fingerprint, manifest, rows_available)

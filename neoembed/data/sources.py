@@ -52,15 +52,14 @@ def source_batches(
     dataset, available = read_source(manifest, local_root, limit)
     check_columns(manifest, dataset.features, where=f"{manifest.dataset or manifest.kind} {manifest.split}")
     total = len(dataset) if limit is None else min(len(dataset), limit)
-    batches = (
-        Batch(
-            dataset[start : min(start + BATCH_ROWS, total)],
-            list(range(start, min(start + BATCH_ROWS, total))),
-            None,
-        )
-        for start in range(0, total, BATCH_ROWS)
-    )
-    return batches, total, available
+    return _slices(dataset, total), total, available
+
+
+def _slices(dataset, total: int) -> Iterator[Batch]:
+    """A dataset's first `total` rows in batches, each row numbered by its index."""
+    for start in range(0, total, BATCH_ROWS):
+        stop = min(start + BATCH_ROWS, total)
+        yield Batch(dataset[start:stop], list(range(start, stop)), None)
 
 
 def _first_rows(batches: Iterator[Batch], limit: int | None) -> Iterator[Batch]:
