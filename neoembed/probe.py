@@ -1,7 +1,7 @@
 """The inference dtype of a loaded embedder, checked against fp32 on a fixed probe batch.
 
 `to_inference_dtype(model, requested)` casts a model loaded in fp32 to the dtype `precision.resolve_precision`
-picks (under `auto`: bf16 on GPUs and on CPUs with bf16 matrix units, fp32 elsewhere), after checking that the
+picks (under `auto`: bf16 on GPUs and on CPUs where bf16 measured faster, fp32 elsewhere), after checking that the
 lower precision embeds the probe texts within `MIN_COSINE` of fp32. When the check fails:
 
 - under `auto` the model stays in fp32 and a warning is logged: `auto` promises the fastest *safe* choice;

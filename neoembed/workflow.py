@@ -106,8 +106,21 @@ def pretrain_choices(settings: PretrainSettings, recipe: RecipeChoice) -> list[C
         Choice("recipe", recipe.name, "--recipe neobert-stage1 for the paper's 250M", why),
         Choice("model", f"NeoBERT {shape}", "--model.config"),
         Choice("data", _corpus_text(settings), "--corpus.files, --corpus.dataset"),
+        precision_choice(settings.train.precision),
         Choice("output", str(pretrain_output(settings)), "--train.output_dir"),
     ]
+
+
+def precision_choice(requested: str) -> Choice:
+    """The training precision, and for `auto` on a CPU what decided it (bf16 only where it measured faster)."""
+    from neoembed.precision import resolve_precision
+
+    resolved = resolve_precision(requested)
+    used = "bf16" if resolved.train_bf16 else "fp16" if resolved.train_fp16 else "fp32"
+    other = "fp32" if used != "fp32" else "bf16"
+    return Choice(
+        "precision", used, f"--train.precision {other}", resolved.why if requested == "auto" else ""
+    )
 
 
 def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> list[Choice]:
@@ -133,6 +146,7 @@ def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> 
         Choice("model", settings.model.base, "--model.base"),
         Choice("data", str(data), "--data.path", data_why),
         Choice("steps", str(settings.train.max_steps), "--steps"),
+        precision_choice(settings.train.precision),
         Choice("output", str(export_path(settings)), "--export.path"),
     ]
     if is_pairs_path(data) and (guard := forgetting_guard(settings)) is not None:

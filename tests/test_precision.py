@@ -5,7 +5,9 @@ import torch
 
 from neoembed import precision
 from neoembed.errors import InputError
+from neoembed.packaged import resolve_recipe
 from neoembed.precision import cpu_has_bf16_units, resolve_precision
+from neoembed.recipes import load_recipe
 
 
 @pytest.mark.parametrize(
@@ -74,3 +76,56 @@ def test_bf16_on_a_gpu_without_it_and_unknown_names_are_input_errors(monkeypatch
         resolve_precision("bfloat16", "cuda")
     with pytest.raises(InputError, match="float64"):
         resolve_precision("float64", "cpu")
+
+
+@pytest.fixture
+def bf16_units_timed(monkeypatch, tmp_path):
+    """A CPU with bf16 units whose timing the test sets: `set(speedup)`; each measurement is counted."""
+    monkeypatch.delenv(precision.CPU_BF16_ENV, raising=False)
+    monkeypatch.setenv("NEOEMBED_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision, "cpu_has_bf16_units", lambda *flags: True)
+    precision._remembered_speedup.cache_clear()
+    measured = []
+
+    def set_speedup(speedup: float) -> list:
+        monkeypatch.setattr(precision, "measure_bf16_speedup", lambda: measured.append(speedup) or speedup)
+        return measured
+
+    yield set_speedup
+    precision._remembered_speedup.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("speedup", "dtype", "line"),
+    [
+        (0.62, torch.float32, "fp32: bf16 runs at 0.62x here"),
+        (2.9, torch.bfloat16, "bf16: 2.9x fp32 on this CPU"),
+    ],
+)
+def test_auto_takes_bf16_on_a_cpu_only_where_it_measured_faster(bf16_units_timed, speedup, dtype, line):
+    measured = bf16_units_timed(speedup)
+    resolved = resolve_precision("auto", "cpu")
+    assert resolved.bf16_supported  # the units are there either way
+    assert resolved.weight_dtype == dtype and resolved.train_bf16 is (dtype == torch.bfloat16)
+    assert precision.cpu_bf16_choice().line == line
+    # measured once per machine kind, remembered across processes in the cache folder
+    precision._remembered_speedup.cache_clear()
+    assert resolve_precision("auto", "cpu").weight_dtype == dtype
+    assert measured == [speedup]
+
+
+def test_the_first_line_says_which_precision_auto_took_and_why(bf16_units_timed):
+    from neoembed.pretrain import PretrainSettings
+    from neoembed.workflow import RecipeChoice, announce, pretrain_choices
+
+    bf16_units_timed(0.62)
+    settings = load_recipe(resolve_recipe("pretrain-cpu"), PretrainSettings)
+    line = announce(pretrain_choices(settings, RecipeChoice("pretrain-cpu", given=False)))
+    assert "precision fp32 (bf16 runs at 0.62x here; --train.precision bf16)" in line
+
+
+def test_the_override_still_decides_and_says_so(monkeypatch):
+    monkeypatch.setenv(precision.CPU_BF16_ENV, "1")
+    assert precision.cpu_bf16_choice().line == "bf16: set by NEOEMBED_CPU_BF16=1"
+    monkeypatch.setenv(precision.CPU_BF16_ENV, "0")
+    assert precision.cpu_bf16_choice().line == "fp32: set by NEOEMBED_CPU_BF16=0"

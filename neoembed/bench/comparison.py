@@ -18,6 +18,8 @@ from neoembed.bench.st_baseline import Trained
 from neoembed.run_files import write_json
 
 if TYPE_CHECKING:
+    from neoembed.mteb_setup import mteb  # noqa: F401 - sets MTEB_CACHE before mteb loads
+
     from mteb import AbsTask
 
     from neoembed.evaluation import Difference, RowInput

@@ -28,34 +28,6 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-# The instruction-set extensions that decide which kernels run (bf16 units, AMX), as /proc/cpuinfo names them.
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
-
-
-def _cpuinfo(field: str) -> str | None:
-    """The first `field : value` of /proc/cpuinfo, None where there is none."""
-    from pathlib import Path
-
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return None
-    return next(
-        (line.split(":", 1)[1].strip() for line in lines if line.split(":")[0].strip() == field), None
-    )
-
-
-def _cpu_name() -> str:
-    import platform
-
-    return _cpuinfo("model name") or platform.processor() or "unknown"
-
-
-def _cpu_flags() -> str:
-    flags = set((_cpuinfo("flags") or "").split())
-    return " ".join(flag for flag in CPU_FLAGS if flag in flags) or "none of " + ", ".join(CPU_FLAGS)
-
-
 def _speed(torch, bf16: bool) -> list[tuple[str, str]]:
     """How fast this machine is, measured in about a second: machines of one model name and one instruction
     set differ twofold (shared hosts, clocks), so a time quoted from another machine says little without it."""
@@ -86,7 +58,7 @@ def info() -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from neoembed.precision import CPU_BF16_ENV, resolve_precision
+    from neoembed.precision import CPU_BF16_ENV, cpu_flags, cpu_name, resolve_precision
     from neoembed.pretrain.neobert import available_backends
 
     console = Console()
@@ -105,8 +77,11 @@ def info() -> None:
     if os.environ.get(CPU_BF16_ENV) is not None:
         bf16 += f" (set by {CPU_BF16_ENV})"
     device.add_row("bf16 hardware", bf16)
-    device.add_row("cpu", _cpu_name())
-    device.add_row("cpu flags", _cpu_flags())
+    auto = resolve_precision()
+    if auto.device == "cpu":
+        device.add_row("precision auto", f"{'bf16' if auto.train_bf16 else 'fp32'} ({auto.why})")
+    device.add_row("cpu", cpu_name())
+    device.add_row("cpu flags", cpu_flags())
     device.add_row("cpu capability", torch.backends.cpu.get_cpu_capability())
     device.add_row("torch threads", str(torch.get_num_threads()))
     for row in _speed(torch, resolve_precision().bf16_supported):
