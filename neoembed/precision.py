@@ -105,9 +105,8 @@ def cpu_flags() -> str:
 def measure_bf16_speedup(size: int = TIMED_SIZE, repeats: int = 5) -> float:
     """bf16 matmul throughput over fp32's on this CPU at torch's thread count: the best of `repeats`
     alternating runs of each (about a tenth of a second in all)."""
-    left = torch.randn(size, size)
-    pairs = {torch.float32: (left, left.T.contiguous())}
-    pairs[torch.bfloat16] = tuple(matrix.to(torch.bfloat16) for matrix in pairs[torch.float32])
+    left, right = torch.randn(size, size), torch.randn(size, size)
+    pairs = {torch.float32: (left, right), torch.bfloat16: (left.bfloat16(), right.bfloat16())}
     best = dict.fromkeys(pairs, float("inf"))
     for a, b in pairs.values():
         a @ b  # the first call allocates and picks kernels
