@@ -139,7 +139,7 @@ def set_name(path: Path | str) -> str:
 
 def is_pairs_path(path: Path | str) -> bool:
     """Whether `path` is something `open_pairs` reads (a data file, a folder of them, a saved dataset) rather
-    than a build directory (which has stats.json) or nothing."""
+    than a build's folder, finished or not (`BUILD_MARKERS`), or nothing."""
     path = Path(path)
     if path.is_file():
         return path.suffix.lower() in SUFFIXES
