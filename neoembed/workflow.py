@@ -160,7 +160,7 @@ def forgetting_guard(settings: ContrastiveSettings) -> Choice | None:
     loss = settings.loss
     if loss.distill is not None and loss.distill.teacher == BASE_TEACHER:
         what = f"distillation from the base model (weight {loss.distill.weight})"
-        release = "--loss.kind infonce to train on your pairs alone"
+        release = "--loss.distill null to train on your pairs alone"
     elif loss.base_pull:
         what, release = f"a pull toward the base weights ({loss.base_pull})", "--loss.base_pull 0 releases it"
     elif settings.export.base_weight != 0.0:

@@ -231,7 +231,7 @@ def test_the_held_out_split_is_one_anchor_in_ten_by_key_and_never_built(tmp_path
 def test_contrastive_trains_on_a_csv_and_builds_it_once(tmp_path, monkeypatch):
     from neoembed.contrastive import ContrastiveSettings
     from neoembed.packaged import resolve_recipe
-    from neoembed.recipes import load_recipe
+    from neoembed.recipes import load_recipe, parse_overrides
     from neoembed.workflow import ensure_data
 
     monkeypatch.chdir(tmp_path)
@@ -247,7 +247,11 @@ def test_contrastive_trains_on_a_csv_and_builds_it_once(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert "data " + str(csv_path) + " (your pairs, built first into runs/c/data/pairs-" in lines[0]
-    assert "--loss.kind infonce to train on your pairs alone" in lines[0]  # the recipe's guard, named
+    # the recipe's guard, named with a flag that releases it
+    assert "guard distillation from the base model (weight 0.5) keeps the model near its base" in lines[0]
+    release = lines[0].split("against forgetting; ")[1].split(" to train on your pairs alone")[0].split()
+    released = load_recipe(resolve_recipe("contrastive-cpu"), ContrastiveSettings, parse_overrides(release))
+    assert released.loss.distill is None and released.loss.trained_kind == "infonce"
     assert any(line.startswith("held-out pairs: ndcg@10 ") for line in lines)  # its own test split, scored
     assert (tmp_path / "embed" / "modules.json").is_file()
     (built,) = (tmp_path / "runs" / "c" / "data").iterdir()
