@@ -144,7 +144,7 @@ WRITERS = {
             "--recipe",
             "contrastive-cpu",
             "--data.path",
-            c,
+            c + ".build",  # no build there: the run's lock is met first (a pairs file would be built first)
             "--train.output_dir",
             d,
         ],
