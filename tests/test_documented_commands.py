@@ -241,7 +241,7 @@ class Io:
 RECIPE = ("recipe", "train.deepspeed")  # read by every recipe verb
 EMBEDDER = ("model.base", "loss.distill.teacher", "eval.sets.path", "export.selection.general.path")
 IO = {
-    "build-data": Io(reads=("local_data", "eval_texts", "manifests"), writes=("out",)),
+    "build-data": Io(reads=("local_data", "eval_texts", "manifests", "pairs"), writes=("out",)),
     "pretrain": Io(
         reads=(*RECIPE, "model.init_from", "model.tokenizer", "model.embeddings_from", "corpus.files"),
         writes=("final",),
@@ -254,7 +254,7 @@ IO = {
     ),
     "adapt": Io(reads=(*RECIPE, *EMBEDDER, "corpus.path", "corpus.eval_texts"), trees=("train.output_dir",)),
     "glue": Io(reads=(*RECIPE, "model", "data_dir", "tokenizer", "mnli_checkpoint"), trees=("output",)),
-    "mteb-eval": Io(reads=("models", "prompts_file", "datasets_dir"), trees=("output",)),
+    "mteb-eval": Io(reads=("models", "tasks", "prompts_file", "datasets_dir"), trees=("output",)),
     "index build": Io(reads=("model", "corpus"), writes=("out",)),
     "index add": Io(reads=("index", "corpus", "model")),
     "index rebuild": Io(reads=("index",)),
