@@ -247,6 +247,7 @@ class Build:
         staged, previous = {}, ""
         for name, (manifest, manifest_sha) in self.manifests.items():
             cap = self.cap(manifest)
+            holdout = manifest.kind == "file" and self.config.holdout  # the test split of a pairs file
             truncation = self.truncator and (self.config.tokenizer, self.config.max_tokens)
             fingerprint = _sha(
                 FORMAT_VERSION,
@@ -257,7 +258,7 @@ class Build:
                 self.config.sts_rule,
                 truncation,
                 self.config.both_directions,
-                manifest.kind == "file" and self.config.holdout,
+                holdout,
             )
             started, cpu = time.perf_counter(), time.process_time()
             prepared = staged[name] = prepare_source(
@@ -270,7 +271,7 @@ class Build:
                 cap,
                 self.truncator,
                 self.config.both_directions,
-                self.config.holdout,
+                holdout,
             )
             if manifest.kind == "file" and not prepared["kept"]:
                 raise PairsFileError(

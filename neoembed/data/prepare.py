@@ -108,7 +108,7 @@ def prepare_source(
 
     `truncator` cuts long texts to a token budget before the filters; `both_directions` also writes each kept
     row of a symmetric source reversed, (positive, query); `holdout` keeps the test split of your pairs file
-    (`pairs_file.is_held_out`) out. The stages: resume a finished staging, read the source batch by batch,
+    (`pairs_file.is_held_out`) out (the caller says it only for a pairs file). The stages: resume a finished staging, read the source batch by batch,
     keep or drop each row (`RowFilter`, counting in a `Tally`), write the kept rows, record the counts."""
     parquet_path, marker = staging_paths(out, manifest.name)
     if (staged := _staged_earlier(marker, parquet_path, fingerprint, seen, manifest.symmetric)) is not None:
@@ -122,7 +122,7 @@ def prepare_source(
         seen,
         truncator,
         manifest.symmetric,
-        holdout and manifest.kind == "file",
+        holdout,
     )
     reverse = both_directions and manifest.symmetric
     paths = manifest.mapping.paths()
@@ -267,11 +267,11 @@ class RowFilter:
             return "missing_column" if isinstance(row, MissingColumn) else "malformed"
         query, positive, score, relations, given = row
         query, positive = clean(query or ""), clean(positive or "")
-        anchor_key = text_key(query)  # the whole anchor's: the test split is chosen on it
+        held = self.holdout and is_held_out(text_key(query))  # chosen on the whole anchor, before any cut
         query, positive, whole_keys, cut = self._cut(query, positive)
         query_key, positive_key = text_key(query), text_key(positive)
         reason = check(query, positive, query_key, positive_key, score, self.limits)
-        if reason is None and self.holdout and is_held_out(anchor_key):
+        if reason is None and held:
             reason = "held_out"
         if reason is None and (guarded := self.guard.match(query_key, positive_key, *whole_keys)) is not None:
             reason = "leakage"
