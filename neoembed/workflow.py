@@ -133,8 +133,9 @@ def contrastive_choices(settings: ContrastiveSettings, recipe: RecipeChoice) -> 
     other = MINILM_RECIPE if recipe.name == NEOBERT_RECIPE else NEOBERT_RECIPE
     data = Path(settings.data.path)
     if is_pairs_path(data):
-        built = "built" if (pairs_build_dir(settings) / "stats.json").is_file() else "built first"
-        data_why = f"your pairs, {built} into {pairs_build_dir(settings)}; 1 anchor in 10 held out to test"
+        into = pairs_build_dir(settings)
+        built = "built" if (into / "stats.json").is_file() else "built first"
+        data_why = f"your pairs, {built} into {into}; 1 anchor in 10 held out to test"
     else:
         data_why = (
             "missing: built first"

@@ -24,6 +24,7 @@ cache before the first row, and reports a bad line as a parser error without its
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import re
 import sys
@@ -165,14 +166,15 @@ class PairsFile:
     @cached_property
     def digest(self) -> str:
         """Changes with any byte of the data or with the mapping: the build's identity of the source."""
-        import xxhash
-
-        digest = xxhash.xxh3_128(json.dumps(self.mapping, sort_keys=True).encode())
+        parts = []
         for file in self.files:
             for part in sorted(file.rglob("*")) if file.is_dir() else [file]:
                 if part.is_file():
-                    digest.update(f"{part.relative_to(file.parent)}:{file_checksum(part)};".encode())
-        return digest.hexdigest()
+                    stat = part.stat()
+                    parts.append(
+                        (str(part.relative_to(file.parent)), str(part), stat.st_size, stat.st_mtime_ns)
+                    )
+        return _digest(json.dumps(self.mapping, sort_keys=True), tuple(parts))
 
     def batches(self, size: int = BATCH_ROWS) -> Iterator[Batch]:
         """Every row of every file, `size` rows at a time, as the roles' columns: `query`, `positive` and,
@@ -204,6 +206,18 @@ def read_rows(file: Path) -> Iterator[tuple[str, dict]]:
         names = list(batch.columns)
         for offset, values in enumerate(zip(*batch.columns.values(), strict=True)):
             yield batch.where(offset), dict(zip(names, values, strict=True))
+
+
+@functools.lru_cache(maxsize=32)
+def _digest(mapping: str, parts: tuple[tuple[str, str, int, int], ...]) -> str:
+    """xxh3 of the mapping and each part's name and bytes; remembered per size and modification time, so one
+    command that opens a file several times (its plan line, its build) reads a large file once."""
+    import xxhash
+
+    digest = xxhash.xxh3_128(mapping.encode())
+    for name, path, _, _ in parts:
+        digest.update(f"{name}:{file_checksum(Path(path))};".encode())
+    return digest.hexdigest()
 
 
 def open_pairs(
