@@ -73,18 +73,18 @@ def info() -> None:
         device.add_row("device", f"cuda: {torch.cuda.get_device_name()}")
     else:
         device.add_row("device", "cpu (no CUDA device)")
-    bf16 = str(resolve_precision().bf16_supported)
+    auto = resolve_precision()
+    bf16 = str(auto.bf16_supported)
     if os.environ.get(CPU_BF16_ENV) is not None:
         bf16 += f" (set by {CPU_BF16_ENV})"
     device.add_row("bf16 hardware", bf16)
-    auto = resolve_precision()
     if auto.device == "cpu":
         device.add_row("precision auto", f"{'bf16' if auto.train_bf16 else 'fp32'} ({auto.why})")
     device.add_row("cpu", cpu_name())
     device.add_row("cpu flags", cpu_flags())
     device.add_row("cpu capability", torch.backends.cpu.get_cpu_capability())
     device.add_row("torch threads", str(torch.get_num_threads()))
-    for row in _speed(torch, resolve_precision().bf16_supported):
+    for row in _speed(torch, auto.bf16_supported):
         device.add_row(*row)
     console.print(device)
 

@@ -144,8 +144,13 @@ def training_precision(requested: str) -> str:
 def heldout_sources(settings: EvalSettings, sources: dict) -> list[str]:
     """The held-out sets whose source trained nothing (FOLDOC; a records set of an untrained source): a score
     there measures transfer to unseen text, not only to unseen rows of a training source."""
-    trained = {"records": lambda s: s.source, "files": lambda s: s.label}  # else the set's kind is its source
-    return [s.label for s in settings.sets if trained.get(s.kind, lambda s: s.kind)(s) not in sources]
+
+    def source(spec) -> str | None:
+        """The training source a set's texts come from: a records set's, your pairs file's own name, else
+        the kind's."""
+        return spec.source if spec.kind == "records" else spec.label if spec.kind == "files" else spec.kind
+
+    return [s.label for s in settings.sets if source(s) not in sources]
 
 
 def hub_name(model: str) -> str:

@@ -259,8 +259,8 @@ REASON_WORDS = {
 
 
 def source_summary(counts: StagedCounts) -> str:
-    """`64 rows read, 54 kept, 10 dropped: 6 held out for testing (pairs.jsonl:3, :7, ...), 4 duplicates
-    (...)`: what stage 1 did with a source, the first rows each reason dropped named."""
+    """`64 rows read, 54 kept, 10 dropped: 6 held out for testing (pairs.jsonl:3, pairs.jsonl:7, ...); 4
+    duplicated (...)`: what stage 1 did with a source, the first rows each reason dropped named."""
     parts = []
     for reason in REASONS:
         if n := counts["dropped"].get(reason, 0):
@@ -298,11 +298,16 @@ def _pct(p: dict) -> str:
     return "/".join(str(p[k]) for k in ("p5", "p50", "p95", "p99")) if p else "-"
 
 
+def _read_stats(data_path: Path) -> Any:
+    """The stats.json of the build at `data_path` (OSError where missing, JSONDecodeError where torn)."""
+    return json.loads((Path(data_path) / "stats.json").read_text(encoding="utf-8"))
+
+
 def pairs_summary(data_path: Path) -> str | None:
     """One sentence for the model card: the pairs files the build at `data_path` was made from and what it did
     with their rows; None for a build of manifests (or without stats)."""
     try:
-        stats = json.loads((Path(data_path) / "stats.json").read_text(encoding="utf-8"))
+        stats = _read_stats(data_path)
         files = stats["config"].get("pairs") or []
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return None
@@ -317,9 +322,8 @@ def leakage_summary(data_path: Path) -> str | None:
     """One sentence for the model card: the evaluation texts the build at `data_path` kept out of training
     (per guarded set or benchmark task, the rows dropped), and the benchmark tasks it could not guard; None
     when the build's stats.json is missing or predates the guard."""
-    stats_file = Path(data_path) / "stats.json"
     try:
-        stats = json.loads(stats_file.read_text(encoding="utf-8"))
+        stats = _read_stats(data_path)
         guarded, dropped = stats["config"]["guarded_texts"], stats["total"]["rows_dropped_for_leakage"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return None
